@@ -1,0 +1,1 @@
+"""Benchmarks behind ``diffpolicy bench``: each prints one JSON object."""

@@ -1,0 +1,83 @@
+"""Accelerator selection: Ascend NPU > CUDA GPU > CPU, always as device strings.
+
+Never ``.to(0)``: an integer index means CUDA to torch and silently breaks on an NPU. Callers pass the
+string this module returns (``'npu:0'``, ``'cuda:0'``, ``'cpu'``) everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import torch
+
+DEVICE_CHOICES = ("auto", "npu", "cuda", "cpu")
+
+
+def npu_available() -> bool:
+    """True when ``torch_npu`` imports and reports at least one device."""
+    try:
+        importlib.import_module("torch_npu")
+    except Exception:  # not installed, or CANN missing: either way no NPU
+        return False
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and npu.is_available() and npu.device_count() > 0)
+
+
+def resolve_device(requested: str = "auto", index: int = 0) -> str:
+    """Map ``auto|npu|cuda|cpu`` (or an explicit ``'cuda:1'``) to an available device string.
+
+    ``auto`` picks npu, then cuda, then cpu. Asking for a backend that is not available is an error, not a
+    silent fallback: a training run that thinks it is on a GPU but is on the CPU wastes hours.
+    """
+    req = requested.strip().lower()
+    if ":" in req:
+        req, index_text = req.split(":", 1)
+        index = int(index_text)
+    if req not in DEVICE_CHOICES:
+        raise ValueError(f"device must be one of {DEVICE_CHOICES} (optionally with ':index'), got {requested!r}")
+    if req == "auto":
+        if npu_available():
+            return f"npu:{index}"
+        if torch.cuda.is_available():
+            return f"cuda:{index}"
+        return "cpu"
+    if req == "npu" and not npu_available():
+        raise RuntimeError("device 'npu' requested but torch_npu is not installed or reports no device")
+    if req == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch reports no CUDA device")
+    return "cpu" if req == "cpu" else f"{req}:{index}"
+
+
+def device_type(device: str) -> str:
+    return device.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class AutocastSettings:
+    """How to run mixed precision on a device: pass to ``torch.autocast(**settings.kwargs())``."""
+
+    device_type: str
+    dtype: torch.dtype
+    enabled: bool
+    use_grad_scaler: bool  # fp16 needs loss scaling; bf16 does not
+
+    def kwargs(self) -> dict:
+        return {"device_type": self.device_type, "dtype": self.dtype, "enabled": self.enabled}
+
+
+def autocast_settings(device: str, enabled: bool = True) -> AutocastSettings:
+    """Per-device defaults: bf16 on CUDA (when supported) and NPU, fp16+GradScaler on older CUDA, off on CPU.
+
+    On the CPU autocast is off by default: fp32 is the reference path and bf16 on a small CPU is slower.
+    """
+    kind = device_type(device)
+    if not enabled or kind == "cpu":
+        return AutocastSettings("cpu", torch.bfloat16, False, False)
+    if kind == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return AutocastSettings("cuda", torch.bfloat16, True, False)
+        return AutocastSettings("cuda", torch.float16, True, True)
+    if kind == "npu":  # Ascend 910B runs bf16 natively; fp16 would need a GradScaler
+        return AutocastSettings("npu", torch.bfloat16, True, False)
+    raise ValueError(f"unknown device {device!r}")

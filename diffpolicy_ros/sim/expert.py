@@ -1,0 +1,89 @@
+"""A scripted expert for the push task, used to record demonstrations.
+
+The pusher starts on the goal's side of the block, so the expert first goes around the block, on the left
+or on the right (a seeded choice: the two modes a diffusion policy should keep), gets behind it, and then
+pushes it along the block->goal line while steering laterally to keep the block on that line. "Left" is the
+robot's left, +y in the world.
+
+The expert reads privileged state (block and goal positions) from the unwrapped env; it is a data source,
+not a policy under test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from diffpolicy_ros.sim.push_env import PushEnv
+
+
+@dataclass
+class ExpertConfig:
+    travel_speed: float = 0.22  # m/s while going around
+    push_speed: float = 0.12  # m/s while pushing
+    clearance: float = 0.085  # m, block centre to pusher centre while going around
+    standoff: float = 0.055  # m, block centre to pusher centre when starting to push
+    waypoint_tolerance: float = 0.015  # m
+    lateral_gain: float = 4.0  # 1/s, steering toward the push line
+    realign_error: float = 0.035  # m, lateral error that sends the expert back around
+    push_height: float = 0.025  # m, pusher centre above the table
+    height_gain: float = 5.0  # 1/s
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(v)
+    return v / n if n > 1e-9 else np.zeros_like(v)
+
+
+class ScriptedPushExpert:
+    """Closed-loop expert. Call :meth:`reset` after each env reset, then :meth:`act` every step."""
+
+    def __init__(self, env: PushEnv, config: ExpertConfig | None = None):
+        self.env = env.unwrapped
+        self.cfg = config or ExpertConfig()
+        self.side = "left"
+        self._phase = 0
+
+    def reset(self, rng: np.random.Generator) -> str:
+        """Start a new episode; picks the route side from ``rng`` and returns it (``left``/``right``)."""
+        self.side = "left" if rng.random() < 0.5 else "right"
+        self._phase = 0
+        return self.side
+
+    def act(self) -> np.ndarray:
+        cfg, env = self.cfg, self.env
+        tip = env.pusher_position
+        block = env.block_pose[0][:2]
+        goal = env.target_goal
+        u = _unit(goal - block)  # push direction
+        n = np.array([-u[1], u[0]])
+        if (n[1] < 0) == (self.side == "left"):  # n points to the chosen side (+y is the robot's left)
+            n = -n
+
+        waypoints = (
+            block + cfg.clearance * (u + n),  # beside the block, on the goal side
+            block + cfg.clearance * n,  # abreast of it
+            block + cfg.clearance * (n - u),  # beside it, behind
+            block - cfg.standoff * u,  # behind it, on the push line
+        )
+        v_xy = np.zeros(2)
+        if self._phase < len(waypoints):
+            target = waypoints[self._phase]
+            err = target - tip[:2]
+            if np.linalg.norm(err) < cfg.waypoint_tolerance:
+                self._phase += 1
+            speed = min(cfg.travel_speed, 4.0 * np.linalg.norm(err))
+            v_xy = speed * _unit(err)
+        else:
+            rel = tip[:2] - block
+            lateral = float(rel @ n)
+            behind = float(-(rel @ u))
+            if abs(lateral) > cfg.realign_error or behind < 0.02:
+                self._phase = 2  # lost the block: go back around on the same side
+            contact_point = block - cfg.standoff * 0.8 * u
+            v_xy = cfg.push_speed * u + cfg.lateral_gain * ((contact_point - tip[:2]) @ n) * n
+        vz = cfg.height_gain * (cfg.push_height - tip[2])
+        action = np.array([v_xy[0], v_xy[1], vz])
+        limit = env.cfg.max_speed
+        return np.clip(action, -limit, limit).astype(np.float32)
