@@ -17,6 +17,7 @@ midpoint of the two goals, so only the instruction says which goal counts.
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from dataclasses import dataclass, field
 
@@ -253,8 +254,9 @@ class PushEnv(gym.Env):
             size = self.cfg.image_size
             self._renderer = mujoco.Renderer(self.model, height=size, width=size)
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = self.cfg.render_quality == "rich"
-            # Free the GL context before interpreter teardown unloads EGL (else noisy errors at exit).
-            weakref.finalize(self, self._renderer.close)
+            # MuJoCo registers eglTerminate at exit when the first context is made; atexit runs in reverse
+            # order, so this closes the renderer before EGL goes away (else EGL errors at interpreter exit).
+            atexit.register(_close_renderer, weakref.ref(self._renderer))
         self._renderer.update_scene(self.data, camera=camera)
         return self._renderer.render()
 
@@ -336,6 +338,12 @@ class PushEnv(gym.Env):
             "block_goal_distance": self._block_goal_distance(),
             "elapsed_steps": self._t,
         }
+
+
+def _close_renderer(ref: weakref.ref) -> None:
+    renderer = ref()
+    if renderer is not None:
+        renderer.close()
 
 
 def d_xy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
