@@ -1,0 +1,1 @@
+"""Layer 2: encoders, fusion, the diffusion head (U-Net + schedule), Gaussian head, critic."""

@@ -1,0 +1,155 @@
+"""Observation encoders, one per modality, all in plain torch (torchvision does not import beside torch 2.13).
+
+- Images: ``small_cnn`` (default on a CPU: a ResNet-18 forward+backward on 2 cores makes image PPO
+  impractical) or ``resnet18_gn`` (the Diffusion Policy / seed choice, BatchNorm replaced by GroupNorm for
+  small RL batches and accelerators). Either returns a spatial feature map; fusion pools it into tokens.
+  Weights can be loaded from a local file and frozen or fine-tuned.
+- Text: the instruction is tokenized on the CPU into lowercase words and embedded with a learned word
+  embedding + mean pooling; embeddings are cached per distinct string (instructions repeat every step).
+- Proprio: an MLP on the normalized 16-D state.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ImageEncoderConfig:
+    backbone: str = "small_cnn"  # 'small_cnn' | 'resnet18_gn'
+    shared: bool = True  # one backbone for both cameras
+    pretrained_path: str | None = None  # a local state_dict file for the backbone
+    freeze: bool = False
+
+
+def _gn(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(min(32, channels // 4), channels)
+
+
+class SmallCNN(nn.Module):
+    """Four stride-2 conv layers: 128x128x3 -> 8x8x64. About 0.1 M parameters."""
+
+    out_channels = 64
+
+    def __init__(self):
+        super().__init__()
+        layers, c_in = [], 3
+        for c_out in (32, 32, 64, 64):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), _gn(c_out), nn.ReLU(inplace=True)]
+            c_in = c_out
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.norm1 = _gn(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.norm2 = _gn(c_out)
+        self.down = (
+            nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), _gn(c_out))
+            if stride != 1 or c_in != c_out
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.norm1(self.conv1(x)))
+        return torch.relu(self.norm2(self.conv2(h)) + self.down(x))
+
+
+class ResNet18GN(nn.Module):
+    """ResNet-18 layout (stem + 4 stages of 2 basic blocks) with GroupNorm: 128x128x3 -> 4x4x512."""
+
+    out_channels = 512
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), _gn(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)
+        )
+        stages, c_in = [], 64
+        for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            stages += [_BasicBlock(c_in, c_out, stride), _BasicBlock(c_out, c_out, 1)]
+            c_in = c_out
+        self.stages = nn.Sequential(*stages)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stages(self.stem(x))
+
+
+BACKBONES = {"small_cnn": SmallCNN, "resnet18_gn": ResNet18GN}
+
+
+class ImageEncoder(nn.Module):
+    """uint8 images [B, H, W, 3] per camera -> feature maps [B, C, h, w] per camera."""
+
+    def __init__(self, cameras: tuple[str, ...], config: ImageEncoderConfig | None = None):
+        super().__init__()
+        self.config = cfg = config or ImageEncoderConfig()
+        if cfg.backbone not in BACKBONES:
+            raise ValueError(f"unknown image backbone {cfg.backbone!r}; choose from {sorted(BACKBONES)}")
+        self.cameras = cameras
+        n = 1 if cfg.shared else len(cameras)
+        self.backbones = nn.ModuleList(BACKBONES[cfg.backbone]() for _ in range(n))
+        self.out_channels = BACKBONES[cfg.backbone].out_channels
+        if cfg.pretrained_path:
+            state = torch.load(Path(cfg.pretrained_path), map_location="cpu", weights_only=True)
+            for backbone in self.backbones:
+                backbone.load_state_dict(state)
+        if cfg.freeze:
+            self.backbones.requires_grad_(False)
+
+    def forward(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        feats = []
+        for i, cam in enumerate(self.cameras):
+            x = images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0  # uint8 HWC -> [-1, 1] CHW
+            feats.append(self.backbones[0 if self.config.shared else i](x))
+        return feats
+
+
+class CachedTextEncoder(nn.Module):
+    """Instruction -> [B, n_tokens, D]: learned word embeddings (hashed vocabulary), cached per string.
+
+    Tokenization runs on the CPU once per distinct instruction. The embedding table is learned, so the
+    cache stores token ids (not vectors) and the lookup stays differentiable.
+    """
+
+    def __init__(self, dim: int, vocab_size: int = 1024, max_tokens: int = 12):
+        super().__init__()
+        self.vocab_size, self.max_tokens = vocab_size, max_tokens
+        self.embed = nn.Embedding(vocab_size + 1, dim, padding_idx=0)  # id 0 = padding
+        self._cache: dict[str, tuple[list[int], list[bool]]] = {}
+
+    def tokenize(self, text: str) -> tuple[list[int], list[bool]]:
+        if text not in self._cache:
+            words = re.findall(r"[a-z0-9]+", text.lower())[: self.max_tokens] or ["<empty>"]
+            ids = [1 + zlib.crc32(w.encode()) % self.vocab_size for w in words]  # stable across runs
+            pad = self.max_tokens - len(ids)
+            self._cache[text] = (ids + [0] * pad, [False] * len(ids) + [True] * pad)
+        return self._cache[text]
+
+    def forward(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token embeddings [B, T, D] and the padding mask [B, T] (True = padding), both on ``device``."""
+        ids, pads = zip(*(self.tokenize(t) for t in texts))
+        ids_t = torch.tensor(ids, dtype=torch.long).to(device, non_blocking=True)
+        pad_t = torch.tensor(pads, dtype=torch.bool).to(device, non_blocking=True)
+        return self.embed(ids_t), pad_t
+
+
+def mlp(dims: list[int], activation: type[nn.Module] = nn.Mish) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers.append(activation())
+    return nn.Sequential(*layers)

@@ -1,0 +1,100 @@
+"""Multimodal fusion (seed 4.2): image maps -> attention-pooled tokens, text tokens, a proprio token and a
+learned CLS token go through a 2-layer transformer encoder; the CLS output is the global representation
+shared by the actor (as diffusion conditioning) and the critic.
+
+Attention masks are ``bool`` tensors created on the inputs' device (an NPU rejects uint8 masks and masks
+on another device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from diffpolicy_ros.models.encoders import CachedTextEncoder, ImageEncoder, ImageEncoderConfig, mlp
+from diffpolicy_ros.models.normalizer import StandardNormalizer
+
+
+@dataclass
+class FusionConfig:
+    dim: int = 128
+    heads: int = 4
+    layers: int = 2
+    image_tokens_per_camera: int = 4
+    cameras: tuple[str, ...] = ("top", "side")
+    use_images: bool = True
+    use_text: bool = True
+    proprio_dim: int = 16
+    extra_state_dim: int = 0  # e.g. 4 for the two-goal task's goals[2, 2]
+    image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
+
+
+class AttentionPool2d(nn.Module):
+    """Learned queries attend over the positions of a feature map: [B, C, h, w] -> [B, Q, D]."""
+
+    def __init__(self, in_channels: int, dim: int, queries: int, heads: int, max_positions: int = 256):
+        super().__init__()
+        self.proj = nn.Linear(in_channels, dim)
+        self.pos = nn.Parameter(torch.randn(max_positions, dim) * 0.02)
+        self.queries = nn.Parameter(torch.randn(queries, dim) * 0.02)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, fmap: torch.Tensor) -> torch.Tensor:
+        tokens = self.proj(fmap.flatten(2).transpose(1, 2))  # [B, h*w, D]
+        tokens = tokens + self.pos[: tokens.shape[1]]
+        q = self.queries.expand(fmap.shape[0], -1, -1)
+        return self.attn(q, tokens, tokens, need_weights=False)[0]
+
+
+class MultimodalEncoder(nn.Module):
+    """Observation dict -> global representation [B, dim]."""
+
+    def __init__(self, config: FusionConfig | None = None):
+        super().__init__()
+        self.config = cfg = config or FusionConfig()
+        state_dim = cfg.proprio_dim + cfg.extra_state_dim
+        self.state_norm = StandardNormalizer(state_dim)
+        self.proprio = mlp([state_dim, cfg.dim, cfg.dim])
+        self.cls = nn.Parameter(torch.randn(1, 1, cfg.dim) * 0.02)
+        self.type_embed = nn.Parameter(torch.zeros(4, cfg.dim))  # cls, image, text, proprio
+        if cfg.use_images:
+            self.images = ImageEncoder(cfg.cameras, cfg.image)
+            self.pools = nn.ModuleList(
+                AttentionPool2d(self.images.out_channels, cfg.dim, cfg.image_tokens_per_camera, cfg.heads)
+                for _ in cfg.cameras
+            )
+        if cfg.use_text:
+            self.text = CachedTextEncoder(cfg.dim)
+        layer = nn.TransformerEncoderLayer(
+            cfg.dim, cfg.heads, dim_feedforward=2 * cfg.dim, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.transformer = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
+        self.out_norm = nn.LayerNorm(cfg.dim)
+
+    def state_vector(self, obs: dict) -> torch.Tensor:
+        state = obs["proprio"]
+        if self.config.extra_state_dim:
+            state = torch.cat([state, obs["goals"].flatten(1)], dim=-1)
+        return state.float()
+
+    def forward(self, obs: dict) -> torch.Tensor:
+        cfg = self.config
+        state = self.state_vector(obs)
+        batch, device = state.shape[0], state.device
+        tokens = [self.cls.expand(batch, -1, -1) + self.type_embed[0]]
+        masks = [torch.zeros(batch, 1, dtype=torch.bool, device=device)]
+        if cfg.use_images:
+            fmaps = self.images({cam: obs[f"image_{cam}"] for cam in cfg.cameras})
+            for pool, fmap in zip(self.pools, fmaps):
+                tokens.append(pool(fmap) + self.type_embed[1])
+                masks.append(torch.zeros(batch, cfg.image_tokens_per_camera, dtype=torch.bool, device=device))
+        if cfg.use_text:
+            text, pad = self.text(obs["instruction"], device)
+            tokens.append(text + self.type_embed[2])
+            masks.append(pad)
+        tokens.append(self.proprio(self.state_norm.normalize(state)).unsqueeze(1) + self.type_embed[3])
+        masks.append(torch.zeros(batch, 1, dtype=torch.bool, device=device))
+        seq = self.transformer(torch.cat(tokens, dim=1), src_key_padding_mask=torch.cat(masks, dim=1))
+        return self.out_norm(seq[:, 0])
