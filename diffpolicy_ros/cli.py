@@ -1,7 +1,9 @@
 """The ``diffpolicy`` command: everything a node does can also be done from here, without ROS.
 
     diffpolicy demo --episodes N --seed S [--task push|push_two_goals] [--out FILE] [--json]
-    diffpolicy bench sim [--json]
+    diffpolicy train-bc --data DEMOS --config config/policy/<name>.yaml [--iters N] [--device D]
+    diffpolicy eval --checkpoint CKPT --episodes N [--task T] [--json]
+    diffpolicy bench sim|policy [--json]
 
 Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
 """
@@ -67,6 +69,55 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_bc(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+
+    run = load_bc_run(args.config)
+    for key in ("iters", "batch_size", "device", "seed", "eval_every", "eval_episodes", "final_eval_episodes"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(run.train, key, value)
+    run_dir = args.run_dir / datetime.now().strftime("bc-%Y%m%d-%H%M%S") if args.run_dir else None
+    result = train_bc(run, args.data, run_dir, progress=not args.json)
+    _print_json_or_table(result, args.json)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.device import resolve_device
+    from diffpolicy_ros.eval.rollout import evaluate_policy
+    from diffpolicy_ros.rl.checkpoint import load_policy
+
+    device = resolve_device(args.device)
+    policy, ckpt = load_policy(args.checkpoint, device)
+    meta = ckpt.get("meta", {})
+    result = evaluate_policy(
+        policy,
+        task=args.task or meta.get("task", "push"),
+        episodes=args.episodes,
+        seed=args.seed,
+        obs_mode=meta.get("obs_mode", "state"),
+        device=device,
+        ddim_steps=args.ddim_steps,
+        execute_horizon=args.execute_horizon,
+        progress=not args.json,
+    )
+    if not args.per_episode:
+        result.pop("per_episode")
+    _print_json_or_table(result, args.json)
+    return 0
+
+
+def cmd_bench_policy(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.policy import bench_policy
+
+    _print_json_or_table(
+        bench_policy(checkpoint=args.checkpoint, device=args.device, iters=args.iters, backend=args.backend),
+        args.json,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffpolicy", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +133,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     demo.set_defaults(func=cmd_demo)
 
+    bc = sub.add_parser("train-bc", help="behaviour cloning of a diffusion or Gaussian policy on demonstrations")
+    bc.add_argument("--data", type=Path, required=True, help="dataset from `diffpolicy demo --out`")
+    bc.add_argument("--config", type=Path, required=True, help="e.g. config/policy/diffusion.yaml")
+    bc.add_argument("--run-dir", type=Path, default=Path("runs"), help="writes RUN_DIR/bc-<timestamp>/")
+    bc.add_argument("--iters", type=int, default=None)
+    bc.add_argument("--batch-size", type=int, default=None)
+    bc.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
+    bc.add_argument("--seed", type=int, default=None)
+    bc.add_argument("--eval-every", type=int, default=None)
+    bc.add_argument("--eval-episodes", type=int, default=None)
+    bc.add_argument("--final-eval-episodes", type=int, default=None)
+    bc.add_argument("--json", action="store_true")
+    bc.set_defaults(func=cmd_train_bc)
+
+    ev = sub.add_parser("eval", help="closed-loop evaluation of a checkpoint in the sim")
+    ev.add_argument("--checkpoint", type=Path, required=True)
+    ev.add_argument("--episodes", type=int, default=50)
+    ev.add_argument("--seed", type=int, default=10_000, help="episode i uses seed S + i (held out from demos)")
+    ev.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: the checkpoint's task")
+    ev.add_argument("--ddim-steps", type=int, default=None)
+    ev.add_argument("--execute-horizon", type=int, default=8)
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=cmd_eval)
+
     bench = sub.add_parser("bench", help="benchmarks; each prints one JSON object with --json")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bsim = bench_sub.add_parser("sim", help="physics / env / render / vectorized env throughput")
@@ -90,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     bsim.add_argument("--seed", type=int, default=0)
     bsim.add_argument("--json", action="store_true")
     bsim.set_defaults(func=cmd_bench_sim)
+    bpol = bench_sub.add_parser("policy", help="observation -> chunk latency (DDIM-10/20, batch 1 and 32)")
+    bpol.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default policy")
+    bpol.add_argument("--device", default="auto")
+    bpol.add_argument("--iters", type=int, default=200)
+    bpol.add_argument("--backend", default="auto", help="auto|eager|fast")
+    bpol.add_argument("--json", action="store_true")
+    bpol.set_defaults(func=cmd_bench_policy)
     return parser
 
 

@@ -68,6 +68,7 @@ class EpisodeDataset:
                 np.savez_compressed(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o644 & ~_umask())  # mkstemp creates 0600
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -151,3 +152,9 @@ class EpisodeRecorder:
         )
         ds.validate()
         return ds
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,65 @@
+"""``diffpolicy bench policy``: the whole observation -> chunk call (both images, cached text, proprio,
+DDIM-10 / DDIM-20) at batch 1, plus batch 32, against the 100 ms control period."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
+from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.rl.checkpoint import load_policy
+from diffpolicy_ros.sim import make_env
+
+CONTROL_PERIOD_MS = 100.0
+
+
+def _latencies(fn, iters: int, warmup: int = 10) -> np.ndarray:
+    for _ in range(warmup):
+        fn()
+    out = np.empty(iters)
+    for i in range(iters):
+        start = time.perf_counter()
+        fn()
+        out[i] = (time.perf_counter() - start) * 1e3
+    return out
+
+
+def bench_policy(checkpoint: Path | None = None, device: str = "auto", iters: int = 200, backend: str = "auto") -> dict:
+    device = resolve_device(device)
+    if checkpoint is not None:
+        policy, _ = load_policy(checkpoint, device)
+    else:
+        policy = DiffusionPolicy().to(device).eval()
+    if not isinstance(policy, DiffusionPolicy):
+        raise ValueError("bench policy measures the diffusion policy; the checkpoint holds another kind")
+    fusion = policy.config.fusion
+    env = make_env("push", obs_mode="image" if fusion.use_images else "state")
+    obs, _ = env.reset(seed=0)
+    batch32 = {k: np.stack([v] * 32) for k, v in obs.items() if k != "instruction"}
+    batch32["instruction"] = [obs["instruction"]] * 32
+    env.close()
+
+    result: dict = {"device": device, "backend": None, "torch_threads": torch.get_num_threads()}
+    for steps in (10, 20):
+        predictor = ChunkPredictor(policy, device, ddim_steps=steps, backend=backend)
+        result["backend"] = predictor.backend
+        lat = _latencies(lambda p=predictor: p(obs), iters)
+        result[f"ddim{steps}_p50_ms"] = round(float(np.percentile(lat, 50)), 2)
+        result[f"ddim{steps}_p99_ms"] = round(float(np.percentile(lat, 99)), 2)
+        if steps == 10:
+            # numerical agreement of the fast path with the eager reference on the same noise
+            result["max_abs_diff_vs_eager"] = predictor.max_abs_diff_vs_eager(obs)
+            lat32 = _latencies(lambda p=predictor: p(batch32), max(10, iters // 10), warmup=3)
+            result["batch32_ms"] = round(float(np.percentile(lat32, 50)), 2)
+    result["p50_ms"] = result["ddim10_p50_ms"]
+    result["p99_ms"] = result["ddim10_p99_ms"]
+    result["params_m"] = round(sum(p.numel() for p in policy.parameters()) / 1e6, 3)
+    result["unet_params_m"] = round(sum(p.numel() for p in policy.unet.parameters()) / 1e6, 3)
+    result["ratio_p99_to_period"] = round(result["p99_ms"] / CONTROL_PERIOD_MS, 3)
+    result["images"] = fusion.use_images
+    return result

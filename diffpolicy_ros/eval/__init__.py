@@ -1,0 +1,1 @@
+"""Closed-loop evaluation of policies in the sim (and, later, rosbag replay)."""

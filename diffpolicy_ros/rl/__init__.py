@@ -1,0 +1,1 @@
+"""Layer 3: behaviour cloning, PPO fine-tuning, checkpoints."""

@@ -1,0 +1,235 @@
+"""Behaviour cloning of a diffusion (or Gaussian) policy on recorded demonstrations.
+
+Reads top to bottom: config -> data -> model and normalizers -> optimizer, EMA, LR schedule -> loop
+(sample batch, augment, loss, step, EMA, log) -> periodic closed-loop evaluation in the sim -> checkpoints.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from diffpolicy_ros.config import from_dict, to_dict
+from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros.eval.rollout import evaluate_policy
+from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.models.obs import index_obs, obs_to_torch
+from diffpolicy_ros.rl.checkpoint import save_checkpoint
+
+
+@dataclass
+class BCConfig:
+    iters: int = 4000
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-6
+    warmup_iters: int = 200
+    ema_decay: float = 0.995
+    grad_clip: float = 1.0
+    image_shift: int = 4  # px of random-shift augmentation (DrQ-style) on camera images
+    eval_every: int = 1000
+    eval_episodes: int = 20
+    final_eval_episodes: int = 50
+    execute_horizon: int = 8  # actions of each predicted chunk executed before re-planning
+    log_every: int = 50
+    seed: int = 0
+    device: str = "auto"
+
+
+@dataclass
+class BCRun:
+    policy: dict = field(default_factory=dict)  # a PolicySpec as a dict
+    train: BCConfig = field(default_factory=BCConfig)
+
+
+def chunk_targets(dataset: EpisodeDataset, horizon: int) -> np.ndarray:
+    """[T, horizon, 3]: the actions from each step on, zero-padded past the episode's end (the arm stops)."""
+    targets = np.zeros((dataset.n_steps, horizon, dataset.action.shape[1]), dtype=np.float32)
+    for e in range(dataset.n_episodes):
+        sl = dataset.episode_slice(e)
+        acts = dataset.action[sl]
+        for j in range(len(acts)):
+            seg = acts[j : j + horizon]
+            targets[sl.start + j, : len(seg)] = seg
+    return targets
+
+
+def step_instructions(dataset: EpisodeDataset) -> list[str]:
+    out: list[str] = []
+    for e in range(dataset.n_episodes):
+        sl = dataset.episode_slice(e)
+        out += [str(dataset.episode["instruction"][e])] * (sl.stop - sl.start)
+    return out
+
+
+def random_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> torch.Tensor:
+    """Pad by replication and crop back at a random offset per sample: uint8 [B, H, W, C] in and out."""
+    if pad <= 0:
+        return images
+    b, h, w, _ = images.shape
+    padded = torch.nn.functional.pad(images.permute(0, 3, 1, 2).float(), (pad,) * 4, mode="replicate")
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
+    rows = (dy[:, None] + torch.arange(h)[None]).to(images.device)
+    cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
+    out = padded[torch.arange(b)[:, None, None], :, rows[:, :, None], cols[:, None, :]]  # [B, H, W, C]
+    return out.to(torch.uint8)
+
+
+def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = None, progress: bool = True) -> dict:
+    cfg = run.train
+    spec = policy_spec(run.policy)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    run_dir = Path(run_dir or Path("runs") / f"bc-{datetime.now():%Y%m%d-%H%M%S}")
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+
+    # -- data -------------------------------------------------------------------------------------
+    dataset = EpisodeDataset.load(data_path)
+    task = dataset.meta.get("task", "push")
+    fusion = spec.active().fusion
+    fusion.extra_state_dim = 4 if "goals" in dataset.obs else 0
+    obs_mode = "image" if fusion.use_images else "state"
+    if fusion.use_images and "image_top" not in dataset.obs:
+        raise ValueError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
+    horizon = spec.active().horizon
+    targets = chunk_targets(dataset, horizon)
+    obs_np = {k: v for k, v in dataset.obs.items() if obs_mode == "image" or not k.startswith("image_")}
+    obs_np["instruction"] = step_instructions(dataset)
+
+    # -- model, normalizers (fitted on the data, stored as buffers in the model) ------------------
+    policy = build_policy(spec)
+    policy.action_norm.fit(torch.from_numpy(dataset.action))
+    state = torch.from_numpy(dataset.obs["proprio"])
+    if fusion.extra_state_dim:
+        state = torch.cat([state, torch.from_numpy(dataset.obs["goals"]).flatten(1)], dim=1)
+    policy.encoder.state_norm.fit(state)
+    policy.to(device)
+    ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def lr_lambda(it: int) -> float:  # linear warm-up, then cosine decay to 0
+        if it < cfg.warmup_iters:
+            return (it + 1) / cfg.warmup_iters
+        return 0.5 * (1 + math.cos(math.pi * (it - cfg.warmup_iters) / max(1, cfg.iters - cfg.warmup_iters)))
+
+    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    writer = SummaryWriter(str(run_dir / "tb"))
+    csv_file = open(run_dir / "metrics.csv", "w", newline="")
+    csv_writer = csv.writer(csv_file)
+    csv_writer.writerow(["iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "wall_s"])
+
+    def checkpoint(name: str, it: int, metrics: dict) -> Path:
+        return save_checkpoint(
+            run_dir / "checkpoints" / name,
+            {
+                "policy_spec": spec_dict(spec),
+                "model": ema.module.state_dict(),
+                "train_state": {
+                    "policy": policy.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "lr_schedule": lr_schedule.state_dict(),
+                    "iter": it,
+                },
+                "meta": {
+                    "task": task,
+                    "obs_mode": obs_mode,
+                    "data": str(data_path),
+                    "bc_config": to_dict(cfg),
+                    "metrics": metrics,
+                },
+            },
+        )
+
+    def evaluate(episodes: int) -> dict:
+        return evaluate_policy(
+            ema.module,
+            task,
+            episodes,
+            seed=10_000,
+            obs_mode=obs_mode,
+            device=device,
+            execute_horizon=cfg.execute_horizon,
+            progress=False,
+        )
+
+    # -- loop -------------------------------------------------------------------------------------
+    start = time.perf_counter()
+    best, last_eval, losses = -1.0, {}, []
+    bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not progress)
+    for it in bar:
+        policy.train()
+        idx = rng.integers(0, dataset.n_steps, cfg.batch_size)
+        obs = obs_to_torch(index_obs(obs_np, idx), device)
+        for cam in ("image_top", "image_side"):
+            if cam in obs:
+                obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
+        actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
+        loss = policy.bc_loss(obs, actions)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+        optimizer.step()
+        lr_schedule.step()
+        ema.update_parameters(policy)
+        losses.append(loss.item())
+
+        if (it + 1) % cfg.log_every == 0:
+            mean_loss = float(np.mean(losses[-cfg.log_every :]))
+            writer.add_scalar("bc/loss", mean_loss, it + 1)
+            writer.add_scalar("bc/lr", lr_schedule.get_last_lr()[0], it + 1)
+            bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
+        is_last = it + 1 == cfg.iters
+        if (it + 1) % cfg.eval_every == 0 or is_last:
+            last_eval = evaluate(cfg.final_eval_episodes if is_last else cfg.eval_episodes)
+            last_eval.pop("per_episode")
+            for key in ("success_rate", "mean_return", "left_fraction", "right_fraction"):
+                writer.add_scalar(f"eval/{key}", last_eval[key], it + 1)
+            csv_writer.writerow(
+                [
+                    it + 1,
+                    np.mean(losses[-cfg.log_every :]),
+                    lr_schedule.get_last_lr()[0],
+                    last_eval["success_rate"],
+                    last_eval["mean_return"],
+                    round(time.perf_counter() - start, 1),
+                ]
+            )
+            csv_file.flush()
+            checkpoint("last.pt", it + 1, last_eval)
+            if last_eval["success_rate"] > best:
+                best = last_eval["success_rate"]
+                checkpoint("best.pt", it + 1, last_eval)
+    writer.close()
+    csv_file.close()
+    return {
+        "kind": spec.kind,
+        "task": task,
+        "obs_mode": obs_mode,
+        "iters": cfg.iters,
+        "final_loss": float(np.mean(losses[-cfg.log_every :])),
+        "final_eval": last_eval,
+        "best_success_rate": best,
+        "train_wall_s": round(time.perf_counter() - start, 1),
+        "run_dir": str(run_dir),
+        "checkpoint": str(run_dir / "checkpoints" / "last.pt"),
+    }
+
+
+def load_bc_run(path: str | Path | None) -> BCRun:
+    from diffpolicy_ros.config import load_yaml
+
+    return from_dict(BCRun, load_yaml(path) if path else {})

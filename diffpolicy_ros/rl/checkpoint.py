@@ -1,0 +1,91 @@
+"""Checkpoints: written atomically, loaded with ``torch.load(weights_only=True)``.
+
+A checkpoint is a plain dict of tensors and Python primitives:
+    format, version, policy_spec (config dict), model (the weights to deploy: EMA when training used EMA),
+    plus whatever training needs to resume (optimizer, ema, lr scheduler, step, RNG states) and ``meta``.
+The model's state_dict includes the noise schedule and every normalizer (they are buffers), so a loaded
+policy samples exactly as the saved one did.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from diffpolicy_ros.models.factory import build_policy, policy_spec
+
+FORMAT = "diffpolicy_ros/checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """The file is missing, truncated, not ours, or does not match its policy config."""
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir.
+
+    A crash at any point leaves either the previous file or the new one, never a partial file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated zip, pickle with foreign objects, ...
+        raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a diffpolicy_ros checkpoint")
+    if ckpt.get("version", 0) > VERSION:
+        raise CheckpointError(f"{path}: written by a newer diffpolicy_ros (version {ckpt['version']})")
+    for key in ("policy_spec", "model"):
+        if key not in ckpt:
+            raise CheckpointError(f"{path}: missing {key!r}")
+    return ckpt
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the policy from the stored config and load its weights (strict); eval mode on ``device``."""
+    ckpt = load_checkpoint(path)
+    try:
+        policy = build_policy(policy_spec(ckpt["policy_spec"]))
+        policy.load_state_dict(ckpt["model"], strict=True)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: weights do not match the stored policy config ({exc})") from exc
+    for name, tensor in policy.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{path}: non-finite values in {name}")
+    return policy.to(device).eval(), ckpt
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,139 @@
+"""Behaviour cloning end to end on real demonstrations and the real sim, at a smoke-test budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.rl.bc import BCConfig, BCRun, chunk_targets, random_shift, train_bc
+from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
+from diffpolicy_ros.sim.demos import run_demos
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_POLICY = {
+    "kind": "diffusion",
+    "diffusion": {
+        "fusion": {"dim": 32, "heads": 2, "use_images": False},
+        "unet": {"down_dims": [16, 32], "timestep_embed_dim": 16},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("demos") / "demos.npz"
+    run_demos("push", episodes=4, seed=0, out=path, progress=False)
+    return path
+
+
+@pytest.mark.quick
+def test_chunk_targets_pad_with_zeros_past_episode_end():
+    _, ds = run_demos("push", episodes=2, seed=0, progress=False)
+    targets = chunk_targets(ds, 16)
+    first = ds.episode_slice(0)
+    np.testing.assert_array_equal(targets[0], ds.action[0:16])
+    last = first.stop - 1
+    np.testing.assert_array_equal(targets[last, 0], ds.action[last])
+    assert np.all(targets[last, 1:] == 0)  # never the next episode's actions
+
+
+@pytest.mark.quick
+def test_random_shift_keeps_shape_and_moves_pixels():
+    images = torch.randint(0, 255, (8, 128, 128, 3), dtype=torch.uint8)
+    out = random_shift(images, 4, torch.Generator().manual_seed(0))
+    assert out.shape == images.shape and out.dtype == torch.uint8
+    assert not torch.equal(out, images)
+    assert torch.equal(random_shift(images, 0, torch.Generator()), images)
+
+
+def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
+    run = BCRun(
+        policy=TINY_POLICY,
+        train=BCConfig(iters=30, batch_size=16, eval_every=30, final_eval_episodes=2, log_every=10, device="cpu"),
+    )
+    result = train_bc(run, demos, tmp_path / "run", progress=False)
+    assert result["final_eval"]["episodes"] == 2
+    assert np.isfinite(result["final_loss"])
+    ckpt = load_checkpoint(result["checkpoint"])
+    assert ckpt["meta"]["task"] == "push" and ckpt["meta"]["obs_mode"] == "state"
+    assert "schedule.alphas_cumprod" in ckpt["model"] and "action_norm.high" in ckpt["model"]
+    policy, _ = load_policy(result["checkpoint"])
+    ds = EpisodeDataset.load(demos)
+    np.testing.assert_allclose(policy.action_norm.high.numpy(), ds.action.max(0), atol=1e-4)
+    assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 2
+    assert any((tmp_path / "run" / "tb").iterdir())
+
+
+def test_eval_cli_reports_success_and_modes(demos, tmp_path):
+    run = BCRun(
+        policy=TINY_POLICY, train=BCConfig(iters=5, batch_size=8, eval_every=5, final_eval_episodes=1, device="cpu")
+    )
+    ckpt = train_bc(run, demos, tmp_path / "run", progress=False)["checkpoint"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diffpolicy_ros.cli",
+            "eval",
+            "--checkpoint",
+            ckpt,
+            "--episodes",
+            "2",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout)
+    for key in ("success_rate", "mean_return", "left_fraction", "right_fraction", "episodes"):
+        assert key in result
+    assert result["episodes"] == 2
+
+
+@pytest.mark.quick
+def test_corrupt_and_foreign_checkpoints_raise_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError, match="not a loadable"):
+        load_checkpoint(junk)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(CheckpointError, match="not a diffpolicy_ros checkpoint"):
+        load_checkpoint(foreign)
+    mismatched = tmp_path / "mismatched.pt"
+    save_checkpoint(mismatched, {"policy_spec": TINY_POLICY, "model": {"unet.bogus": torch.zeros(1)}})
+    with pytest.raises(CheckpointError, match="do not match"):
+        load_policy(mismatched)
+
+
+@pytest.mark.quick
+def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"policy_spec": TINY_POLICY, "model": {"x": torch.ones(2)}})
+    before = path.read_bytes()
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"policy_spec": TINY_POLICY, "model": {"x": torch.zeros(2)}})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
