@@ -9,7 +9,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 101))')
 export ROS_LOG_DIR ?= $(shell mktemp -d /tmp/diffpolicy_roslog.XXXXXX)
 
-.PHONY: setup test lint sim-train demo bench-sim clean
+.PHONY: setup test lint sim-train demo bench-sim bench-policy bench-ros clean
 
 setup: $(STAMP)
 
@@ -24,16 +24,23 @@ test: setup lint
 lint: setup
 	$(VENV)/bin/ruff check diffpolicy_ros test launch scripts setup.py
 
-# Until the ROS 2 node graph lands, the main job runs the scripted expert in the sim and records the
-# episodes to runs/<timestamp>/demos.npz (the dataset behaviour cloning trains on).
+# The main job: the sim_train ROS 2 graph (sim bridge, cameras, proprio, instruction, policy at 10 Hz,
+# chunk executor, trainer) on this machine, one process per node; the run goes to runs/<timestamp>/.
+# Ctrl-C stops the whole graph. Arguments: make sim-train ARGS="device:=cuda iters:=5000".
 sim-train: setup
-	$(VENV)/bin/diffpolicy demo --episodes 50 --seed 0 --run-dir runs
+	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
 
 demo: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --json
 
 bench-sim: setup
 	$(VENV)/bin/diffpolicy bench sim --json
+
+bench-policy: setup
+	$(VENV)/bin/diffpolicy bench policy --json
+
+bench-ros: setup
+	$(VENV)/bin/diffpolicy bench ros --json
 
 clean:
 	rm -rf build install log .pytest_cache .ruff_cache

@@ -5,6 +5,8 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "diffpolicy_ros"
+NODES = ("sim_bridge", "camera_node", "proprio_node", "instruction_node", "policy_node", "chunk_executor",
+         "trainer_node")
 HERE = Path(__file__).parent
 
 
@@ -44,6 +46,7 @@ setup(
     entry_points={
         "console_scripts": [
             "diffpolicy = diffpolicy_ros.cli:main",
+            *(f"{node} = diffpolicy_ros.nodes.{node}:main" for node in NODES),
         ],
     },
 )

@@ -3,7 +3,8 @@
     diffpolicy demo --episodes N --seed S [--task push|push_two_goals] [--out FILE] [--json]
     diffpolicy train-bc --data DEMOS --config config/policy/<name>.yaml [--iters N] [--device D]
     diffpolicy eval --checkpoint CKPT --episodes N [--task T] [--json]
-    diffpolicy bench sim|policy [--json]
+    diffpolicy bench sim|policy|ros [--json]
+    diffpolicy launch sim_train|real_arm|replay_eval [name:=value ...]
 
 Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
 """
@@ -118,6 +119,26 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launch(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.nodes.runner import parse_overrides, run_graph
+
+    try:
+        overrides = parse_overrides(args.arguments)
+        if args.graph == "sim_train" and not overrides.get("run_dir"):
+            overrides["run_dir"] = str(Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        return run_graph(args.graph, overrides)
+    except ValueError as exc:
+        print(f"diffpolicy launch: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_bench_ros(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.ros import bench_ros
+
+    _print_json_or_table(bench_ros(duration_s=args.duration, checkpoint=args.checkpoint), args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffpolicy", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval)
 
+    launch = sub.add_parser("launch", help="run a node graph (one process per node) without launch_ros")
+    launch.add_argument("graph", choices=("sim_train", "real_arm", "replay_eval"))
+    launch.add_argument("arguments", nargs="*", help="name:=value graph arguments")
+    launch.set_defaults(func=cmd_launch)
+
     bench = sub.add_parser("bench", help="benchmarks; each prints one JSON object with --json")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bsim = bench_sub.add_parser("sim", help="physics / env / render / vectorized env throughput")
@@ -174,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
+    bros = bench_sub.add_parser("ros", help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter")
+    bros.add_argument("--duration", type=float, default=30.0)
+    bros.add_argument("--checkpoint", type=Path, default=None, help="default: a freshly BC-trained state policy")
+    bros.add_argument("--json", action="store_true")
+    bros.set_defaults(func=cmd_bench_ros)
     return parser
 
 

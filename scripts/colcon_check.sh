@@ -25,7 +25,12 @@ for d in launch config sim; do
 done
 [ -f "$SHARE/package.xml" ] || fail "package.xml not installed"
 [ -f install/diffpolicy_ros/share/ament_index/resource_index/packages/diffpolicy_ros ] || fail "ament index marker missing"
-[ -x install/diffpolicy_ros/lib/diffpolicy_ros/diffpolicy ] || fail "console script not in lib/diffpolicy_ros"
+for exe in diffpolicy sim_bridge camera_node proprio_node instruction_node policy_node chunk_executor trainer_node; do
+  [ -x "install/diffpolicy_ros/lib/diffpolicy_ros/$exe" ] || fail "executable $exe not in lib/diffpolicy_ros"
+done
+for g in sim_train real_arm replay_eval; do
+  [ -f "$SHARE/launch/$g.launch.py" ] || fail "launch/$g.launch.py not installed"
+done
 
 # The installed package must run from the install space alone (data files found through the ament index).
 ( cd /tmp && env -u DIFFPOLICY_SHARE_DIR \

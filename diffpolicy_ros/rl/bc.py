@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,6 +54,20 @@ class BCRun:
     train: BCConfig = field(default_factory=BCConfig)
 
 
+class TrainHooks:
+    """How a host (the trainer node) steers a running training: pause, stop, save now, checkpoint news."""
+
+    def __init__(self):
+        self.running = threading.Event()
+        self.running.set()
+        self.stop = threading.Event()
+        self.save_now = threading.Event()
+        self.progress: dict = {}
+
+    def on_checkpoint(self, path: Path, metrics: dict) -> None:
+        """Called after each checkpoint is written (override or assign)."""
+
+
 def chunk_targets(dataset: EpisodeDataset, horizon: int) -> np.ndarray:
     """[T, horizon, 3]: the actions from each step on, zero-padded past the episode's end (the arm stops)."""
     targets = np.zeros((dataset.n_steps, horizon, dataset.action.shape[1]), dtype=np.float32)
@@ -87,8 +102,15 @@ def random_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> torch.
     return out.to(torch.uint8)
 
 
-def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = None, progress: bool = True) -> dict:
+def train_bc(
+    run: BCRun,
+    data_path: str | Path,
+    run_dir: str | Path | None = None,
+    progress: bool = True,
+    hooks: TrainHooks | None = None,
+) -> dict:
     cfg = run.train
+    hooks = hooks or TrainHooks()
     spec = policy_spec(run.policy)
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -133,7 +155,7 @@ def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = Non
     csv_writer.writerow(["iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "wall_s"])
 
     def checkpoint(name: str, it: int, metrics: dict) -> Path:
-        return save_checkpoint(
+        path = save_checkpoint(
             run_dir / "checkpoints" / name,
             {
                 "policy_spec": spec_dict(spec),
@@ -153,6 +175,8 @@ def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = Non
                 },
             },
         )
+        hooks.on_checkpoint(path, metrics)
+        return path
 
     def evaluate(episodes: int) -> dict:
         return evaluate_policy(
@@ -171,6 +195,11 @@ def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = Non
     best, last_eval, losses = -1.0, {}, []
     bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not progress)
     for it in bar:
+        hooks.running.wait()  # paused by the host
+        if hooks.stop.is_set():  # asked to stop: keep what was learned, skip the final evaluation
+            if losses:
+                checkpoint("last.pt", it, last_eval)
+            break
         policy.train()
         idx = rng.integers(0, dataset.n_steps, cfg.batch_size)
         obs = obs_to_torch(index_obs(obs_np, idx), device)
@@ -187,8 +216,12 @@ def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = Non
         ema.update_parameters(policy)
         losses.append(loss.item())
 
+        if hooks.save_now.is_set():
+            hooks.save_now.clear()
+            checkpoint("last.pt", it + 1, last_eval)
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
+            hooks.progress.update(iter=it + 1, loss=mean_loss, success_rate=last_eval.get("success_rate", -1.0))
             writer.add_scalar("bc/loss", mean_loss, it + 1)
             writer.add_scalar("bc/lr", lr_schedule.get_last_lr()[0], it + 1)
             bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
@@ -219,8 +252,8 @@ def train_bc(run: BCRun, data_path: str | Path, run_dir: str | Path | None = Non
         "kind": spec.kind,
         "task": task,
         "obs_mode": obs_mode,
-        "iters": cfg.iters,
-        "final_loss": float(np.mean(losses[-cfg.log_every :])),
+        "iters": len(losses),
+        "final_loss": float(np.mean(losses[-cfg.log_every :])) if losses else float("nan"),
         "final_eval": last_eval,
         "best_success_rate": best,
         "train_wall_s": round(time.perf_counter() - start, 1),

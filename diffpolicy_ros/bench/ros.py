@@ -1,0 +1,117 @@
+"""``diffpolicy bench ros``: run the sim_train graph (without the trainer) and measure, from a separate
+process on loopback, camera stamp -> chunk publish latency, the chunk rate and the executor's jitter."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def untrained_image_checkpoint(path: Path) -> Path:
+    """A default (images + text + proprio) diffusion policy with the task's action range: latency only."""
+    from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+    from diffpolicy_ros.rl.checkpoint import save_checkpoint
+
+    spec = policy_spec({"kind": "diffusion"})
+    policy = build_policy(spec)
+    policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.25], [0.25, 0.25, 0.25]]))
+    return save_checkpoint(
+        path,
+        {"policy_spec": spec_dict(spec), "model": policy.state_dict(), "meta": {"task": "push", "obs_mode": "image"}},
+    )
+
+
+def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s: float = 15.0) -> dict:
+    import rclpy
+    from geometry_msgs.msg import TwistStamped
+    from rclpy.node import Node
+    from sensor_msgs.msg import Image
+    from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+    from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
+    from diffpolicy_ros.nodes.conversions import stamp_to_sec
+
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_ros_"))
+    ckpt = checkpoint or untrained_image_checkpoint(tmp / "policy.pt")
+    graph = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diffpolicy_ros.cli",
+            "launch",
+            "sim_train",
+            f"checkpoint:={ckpt}",
+            "trainer:=false",
+            f"run_dir:={tmp}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    rclpy.init()
+    node = Node("bench_ros")
+    image_wall: dict[float, float] = {}
+    chunks: list[tuple[float, float]] = []  # (wall time, stamp)
+    twists: list[float] = []
+
+    def on_image(msg: Image) -> None:
+        image_wall.setdefault(stamp_to_sec(msg.header.stamp), time.monotonic())
+
+    node.create_subscription(Image, "/cameras/top/image_raw", on_image, SENSOR_QOS)
+    node.create_subscription(
+        MultiDOFJointTrajectory,
+        "/policy/action_chunk",
+        lambda m: chunks.append((time.monotonic(), stamp_to_sec(m.header.stamp))),
+        COMMAND_QOS,
+    )
+    node.create_subscription(TwistStamped, "/arm/cmd_twist", lambda m: twists.append(time.monotonic()), COMMAND_QOS)
+    try:
+        deadline = time.monotonic() + warmup_s + 60.0
+        while not chunks and time.monotonic() < deadline:  # graph start-up, policy load and warm-up
+            rclpy.spin_once(node, timeout_sec=0.1)
+        if not chunks:
+            raise RuntimeError("no action chunk arrived: the graph did not come up")
+        end_warmup = time.monotonic() + 2.0
+        while time.monotonic() < end_warmup:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        chunks.clear()
+        twists.clear()
+        start = time.monotonic()
+        while time.monotonic() - start < duration_s:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        elapsed = time.monotonic() - start
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        os.killpg(graph.pid, signal.SIGINT)
+        try:
+            graph.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(graph.pid, signal.SIGKILL)
+    lat = np.array([(w - image_wall[s]) * 1e3 for w, s in chunks if s in image_wall])
+    gaps = np.diff(np.array(twists)) * 1e3 if len(twists) > 1 else np.zeros(1)
+    return {
+        "duration_s": round(elapsed, 1),
+        "chunks": len(chunks),
+        "chunk_rate_hz": round(len(chunks) / elapsed, 2),
+        "camera_to_chunk_p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
+        "camera_to_chunk_p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
+        "executor_rate_hz": round(len(twists) / elapsed, 2),
+        "executor_jitter_p50_ms": round(float(np.percentile(np.abs(gaps - 100.0), 50)), 1),
+        "executor_jitter_p99_ms": round(float(np.percentile(np.abs(gaps - 100.0), 99)), 1),
+        "policy": "checkpoint" if checkpoint else "untrained default (images + text + proprio)",
+    }

@@ -1,0 +1,83 @@
+"""camera_node: one camera -> ``/policy/camera/<name>``, rgb8 at the model's size.
+
+Input is a raw image topic (sim_bridge or any ROS camera driver) or an OpenCV capture device. Any 8-bit
+encoding is converted to rgb8, centre-cropped to the configured aspect (optional) and resized.
+Malformed frames are dropped with a throttled warning; the node keeps running.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, run_node
+from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
+
+
+def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
+    """Centre-crop to square (optional) and resize to size x size (area filter when shrinking)."""
+    if crop_square:
+        h, w = rgb.shape[:2]
+        s = min(h, w)
+        rgb = rgb[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
+    if rgb.shape[:2] != (size, size):
+        shrinking = rgb.shape[0] > size
+        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return np.ascontiguousarray(rgb)
+
+
+class CameraNode(Node):
+    def __init__(self):
+        super().__init__("camera_node")
+        self.declare_parameter("camera_name", "top")
+        self.declare_parameter("input_topic", "")  # default /cameras/<name>/image_raw
+        self.declare_parameter("device", "")  # OpenCV device index or URL; overrides input_topic
+        self.declare_parameter("device_rate_hz", 30.0)
+        self.declare_parameter("image_size", 128)
+        self.declare_parameter("crop_square", True)
+        name = self.get_parameter("camera_name").value
+        self.size = int(self.get_parameter("image_size").value)
+        self.crop = bool(self.get_parameter("crop_square").value)
+        self.frame_id = f"{name}_camera"
+        self.pub = self.create_publisher(Image, f"/policy/camera/{name}", 5)
+        device = str(self.get_parameter("device").value)
+        self.capture = None
+        if device:
+            self.capture = cv2.VideoCapture(int(device) if device.isdigit() else device)
+            if not self.capture.isOpened():
+                raise RuntimeError(f"camera_node: cannot open capture device {device!r}")
+            self.create_timer(1.0 / float(self.get_parameter("device_rate_hz").value), self.on_capture)
+        else:
+            topic = self.get_parameter("input_topic").value or f"/cameras/{name}/image_raw"
+            self.create_subscription(Image, topic, self.on_image, SENSOR_QOS)
+
+    def on_image(self, msg: Image) -> None:
+        try:
+            rgb = image_to_rgb(msg)
+        except MessageError as exc:
+            self.get_logger().warn(f"dropping frame: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), msg.header.stamp, self.frame_id))
+
+    def on_capture(self) -> None:
+        ok, bgr = self.capture.read()
+        if not ok or bgr is None or bgr.size == 0:
+            self.get_logger().warn("capture device returned no frame", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        stamp = self.get_clock().now().to_msg()
+        self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), stamp, self.frame_id))
+
+    def close(self) -> None:
+        if self.capture is not None:
+            self.capture.release()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(CameraNode, args, threads=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""chunk_executor: plays the newest action chunk as TwistStamped on ``/arm/cmd_twist``.
+
+At each tick (10 Hz default; >= 30 Hz for servo interfaces) it sends the chunk point due at
+``now - chunk stamp`` (steps already elapsed are skipped); a newer chunk replaces the rest of the old one.
+When no valid, fresh chunk covers ``now`` it sends zero twist: a robot without commands stops.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from geometry_msgs.msg import TwistStamped
+from rclpy.node import Node
+from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+from diffpolicy_ros.nodes.common import COMMAND_QOS, WARN_THROTTLE_S, Diagnostics, run_node
+from diffpolicy_ros.nodes.conversions import MessageError, make_twist, stamp_to_sec, trajectory_to_chunk
+
+
+class ChunkPlayer:
+    """The executor's logic, free of ROS: which velocity to command at time ``now``."""
+
+    def __init__(self, dt: float = 0.1, future_tolerance: float = 0.05):
+        self.dt, self.future_tolerance = dt, future_tolerance
+        self.chunk: np.ndarray | None = None
+        self.start = -np.inf
+
+    def offer(self, chunk: np.ndarray, stamp: float, now: float) -> str | None:
+        """Take a validated chunk; returns the reason it was refused, or None."""
+        if stamp <= self.start:
+            return "out-of-order chunk (older than the one playing)"
+        if stamp > now + self.future_tolerance:
+            return f"chunk stamped {stamp - now:.3f} s in the future"
+        self.chunk, self.start = chunk, stamp
+        return None
+
+    def command(self, now: float) -> tuple[np.ndarray, int | None]:
+        """(velocity, index of the chunk point used or None for zero)."""
+        if self.chunk is None:
+            return np.zeros(3), None
+        k = int(np.floor((now - self.start) / self.dt + 1e-9))
+        if 0 <= k < len(self.chunk):
+            return self.chunk[k], k
+        return np.zeros(3), None
+
+
+class ChunkExecutor(Node):
+    def __init__(self):
+        super().__init__("chunk_executor")
+        self.declare_parameter("rate_hz", 10.0)
+        self.declare_parameter("horizon", 16)
+        self.declare_parameter("dt", 0.1)
+        self.declare_parameter("frame_id", "world")
+        self.horizon = int(self.get_parameter("horizon").value)
+        self.frame_id = self.get_parameter("frame_id").value
+        self.player = ChunkPlayer(float(self.get_parameter("dt").value))
+        self.lock = threading.Lock()
+        self.pub = self.create_publisher(TwistStamped, "/arm/cmd_twist", COMMAND_QOS)
+        self.diag = Diagnostics(self)
+        self.create_subscription(MultiDOFJointTrajectory, "/policy/action_chunk", self.on_chunk, COMMAND_QOS)
+        period = 1.0 / float(self.get_parameter("rate_hz").value)
+        self.create_timer(period, self.tick)
+        self.create_timer(1.0, self.report)
+        self.ticks, self.zero_ticks, self.last_tick, self.jitter = 0, 0, None, []
+        self.period = period
+
+    def now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def on_chunk(self, msg: MultiDOFJointTrajectory) -> None:
+        try:
+            chunk = trajectory_to_chunk(msg, self.horizon, self.player.dt)
+        except MessageError as exc:
+            self.get_logger().warn(f"rejecting chunk: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        with self.lock:
+            reason = self.player.offer(chunk, stamp_to_sec(msg.header.stamp), self.now())
+        if reason:
+            self.get_logger().warn(f"rejecting chunk: {reason}", throttle_duration_sec=WARN_THROTTLE_S)
+
+    def tick(self) -> None:
+        now = self.now()
+        with self.lock:
+            v, k = self.player.command(now)
+        self.pub.publish(make_twist(v, self.get_clock().now().to_msg(), self.frame_id))
+        self.ticks += 1
+        self.zero_ticks += k is None
+        if self.last_tick is not None:
+            self.jitter.append(abs(now - self.last_tick - self.period))
+        self.last_tick = now
+
+    def report(self) -> None:
+        jitter = np.array(self.jitter[-100:]) * 1e3 if self.jitter else np.zeros(1)
+        self.diag.publish(
+            {
+                "ticks": self.ticks,
+                "zero_ticks": self.zero_ticks,
+                "jitter_p50_ms": float(np.percentile(jitter, 50)),
+                "jitter_p99_ms": float(np.percentile(jitter, 99)),
+            }
+        )
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(ChunkExecutor, args, threads=2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""Shared node plumbing: named QoS profiles, diagnostics, and a clean ``main`` for every node."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+# Sensor streams: newest sample wins, a lost frame is better than a late one.
+SENSOR_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
+# Commands (chunks, twists): reliable, but only the newest matters.
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+# State that late joiners must get (instruction, latest checkpoint): latched.
+LATCHED_QOS = QoSProfile(
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    history=HistoryPolicy.KEEP_LAST,
+)
+DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+WARN_THROTTLE_S = 2.0
+
+
+class Diagnostics:
+    """Publishes one DiagnosticStatus per call on /diagnostics, named after the node."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
+
+    def publish(self, values: dict, level: int = DiagnosticStatus.OK, message: str = "ok") -> None:
+        status = DiagnosticStatus(
+            level=bytes([level]) if isinstance(level, int) else level,
+            name=self.node.get_fully_qualified_name(),
+            message=message,
+            hardware_id="diffpolicy_ros",
+            values=[KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()],
+        )
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.pub.publish(msg)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads: int = 2) -> int:
+    """Init rclpy, spin the node, shut down cleanly on SIGINT/SIGTERM.
+
+    ``threads=1`` spins on the constructing thread, which nodes owning a GL context (sim_bridge) need.
+    """
+    rclpy.init(args=sys.argv if args is None else args)
+    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
+    node = None
+    try:
+        node = factory()
+        executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            close = getattr(node, "close", None)
+            if close is not None:
+                close()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

@@ -1,0 +1,69 @@
+"""proprio_node: ``/joint_states`` -> ``/policy/joint_states`` in the model's joint order, validated.
+
+Messages with missing joints or non-finite values are dropped (throttled warning). When the driver gives
+no velocities they are estimated by finite differences. Output runs at a steady rate and only while the
+newest valid sample is fresh, so downstream nodes see the stream stop instead of stale data.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, run_node
+from diffpolicy_ros.nodes.conversions import MessageError, joint_state_vectors, make_joint_state, stamp_to_sec
+from diffpolicy_ros.sim.push_env import ARM_JOINTS
+
+
+class ProprioNode(Node):
+    def __init__(self):
+        super().__init__("proprio_node")
+        self.declare_parameter("joint_names", list(ARM_JOINTS))
+        self.declare_parameter("rate_hz", 20.0)
+        self.declare_parameter("max_age_s", 0.25)
+        self.joints = list(self.get_parameter("joint_names").value)
+        self.max_age = float(self.get_parameter("max_age_s").value)
+        self.lock = threading.Lock()
+        self.latest: tuple[float, object, np.ndarray, np.ndarray] | None = None  # (t, stamp, pos, vel)
+        self.pub = self.create_publisher(JointState, "/policy/joint_states", 10)
+        self.create_subscription(JointState, "/joint_states", self.on_joint_state, SENSOR_QOS)
+        self.create_timer(1.0 / float(self.get_parameter("rate_hz").value), self.publish)
+
+    def on_joint_state(self, msg: JointState) -> None:
+        try:
+            pos, vel = joint_state_vectors(msg, self.joints)
+        except MessageError as exc:
+            self.get_logger().warn(f"dropping joint_states: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        t = stamp_to_sec(msg.header.stamp)
+        with self.lock:
+            prev = self.latest
+            if prev is not None and t < prev[0]:
+                self.get_logger().warn("dropping out-of-order joint_states", throttle_duration_sec=WARN_THROTTLE_S)
+                return
+            if vel is None:  # estimate from the previous valid sample (a repeated stamp replaces it)
+                fresh = prev is not None and t > prev[0]
+                vel = (pos - prev[2]) / (t - prev[0]) if fresh else np.zeros_like(pos)
+            self.latest = (t, msg.header.stamp, pos, vel)
+
+    def publish(self) -> None:
+        with self.lock:
+            latest = self.latest
+        if latest is None:
+            return
+        now = self.get_clock().now().nanoseconds * 1e-9
+        if now - latest[0] > self.max_age:
+            self.get_logger().warn("joint_states stale: not publishing", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        self.pub.publish(make_joint_state(self.joints, latest[2], latest[3], latest[1]))
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(ProprioNode, args, threads=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

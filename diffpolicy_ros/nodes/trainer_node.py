@@ -1,0 +1,136 @@
+"""trainer_node: runs the trainer (the same code as ``diffpolicy train-bc``) beside the graph.
+
+Until PPO fine-tuning lands, the trainer is behaviour cloning: it records expert demonstrations in its own
+sim (unless given a dataset), trains, and announces every checkpoint on ``/trainer/checkpoint`` (latched)
+so the policy node hot-reloads it. Services ``~/pause``, ``~/resume``, ``~/save``; progress on
+``/diagnostics``. Training runs in its own thread; callbacks only flip events.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import rclpy
+from rclpy.node import Node
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, run_node
+from diffpolicy_ros.rl.bc import TrainHooks, load_bc_run, train_bc
+from diffpolicy_ros.sim.demos import run_demos
+
+
+class TrainerNode(Node):
+    def __init__(self):
+        super().__init__("trainer_node")
+        self.declare_parameter("config", "")  # default: config/policy/diffusion_state.yaml
+        self.declare_parameter("demos", "")  # a dataset; empty: record demo_episodes with the expert
+        self.declare_parameter("demo_episodes", 100)
+        self.declare_parameter("task", "push")
+        self.declare_parameter("run_dir", "")
+        self.declare_parameter("device", "auto")
+        self.declare_parameter("iters", 2000)
+        self.declare_parameter("checkpoint_every", 500)
+        self.declare_parameter("eval_episodes", 10)
+        g = {
+            n: self.get_parameter(n).value
+            for n in (
+                "config",
+                "demos",
+                "demo_episodes",
+                "task",
+                "run_dir",
+                "device",
+                "iters",
+                "checkpoint_every",
+                "eval_episodes",
+            )
+        }
+        self.run_dir = Path(g["run_dir"] or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        self.run = load_bc_run(g["config"] or config_file("policy/diffusion_state.yaml"))
+        self.run.train.device = g["device"]
+        self.run.train.iters = int(g["iters"])
+        self.run.train.eval_every = int(g["checkpoint_every"])
+        self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
+        self.params = g
+
+        self.pub = self.create_publisher(String, "/trainer/checkpoint", LATCHED_QOS)
+        self.diag = Diagnostics(self)
+        self.hooks = TrainHooks()
+        self.hooks.on_checkpoint = self.announce
+        self.status = "starting"
+        self.ticks, self.last_iter = 0, 0
+        self.create_service(Trigger, "~/pause", self.on_pause)
+        self.create_service(Trigger, "~/resume", self.on_resume)
+        self.create_service(Trigger, "~/save", self.on_save)
+        self.create_timer(1.0, self.report)
+        self.thread = threading.Thread(target=self.train, name="trainer", daemon=True)
+        self.thread.start()
+
+    def train(self) -> None:
+        try:
+            demos = self.params["demos"]
+            if not demos:
+                self.status = "recording demonstrations"
+                demos = self.run_dir / "demos.npz"
+                run_demos(self.params["task"], int(self.params["demo_episodes"]), seed=0, out=demos, progress=False)
+            self.status = "training"
+            result = train_bc(self.run, demos, self.run_dir / "bc", progress=False, hooks=self.hooks)
+            self.status = f"done: success {result['final_eval'].get('success_rate', 'n/a')}"
+        except Exception as exc:  # report, keep the node (and the graph) up
+            self.status = f"failed: {exc}"
+            self.get_logger().error(f"training failed: {exc}")
+
+    def announce(self, path: Path, metrics: dict) -> None:
+        if path.name == "last.pt" and rclpy.ok():  # not while the graph is shutting down
+            self.pub.publish(String(data=str(path.resolve())))
+            self.get_logger().info(f"checkpoint {path} (eval success {metrics.get('success_rate', 'n/a')})")
+
+    def on_pause(self, request, response):
+        self.hooks.running.clear()
+        response.success, response.message = True, "paused"
+        return response
+
+    def on_resume(self, request, response):
+        self.hooks.running.set()
+        response.success, response.message = True, "resumed"
+        return response
+
+    def on_save(self, request, response):
+        if not self.hooks.running.is_set():
+            response.success, response.message = False, "paused: resume first"
+        else:
+            self.hooks.save_now.set()
+            response.success, response.message = True, "checkpoint requested"
+        return response
+
+    def report(self) -> None:
+        paused = not self.hooks.running.is_set()
+        progress = dict(self.hooks.progress)
+        self.diag.publish({"status": self.status, "paused": paused, **progress}, message=self.status)
+        self.ticks += 1
+        if self.ticks % 10 == 0 and progress:  # a line a person can follow in the terminal
+            it = progress.get("iter", 0)
+            rate = (it - self.last_iter) / 10.0
+            self.last_iter = it
+            success = progress.get("success_rate", -1.0)
+            self.get_logger().info(
+                f"{self.status}: iter {it}/{self.run.train.iters}  loss {progress.get('loss', float('nan')):.4f}  "
+                f"eval success {'n/a' if success < 0 else f'{success:.2f}'}  {rate:.1f} it/s"
+            )
+
+    def close(self) -> None:
+        self.hooks.stop.set()
+        self.hooks.running.set()
+        self.thread.join(timeout=10)
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(TrainerNode, args, threads=2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

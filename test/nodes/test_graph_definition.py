@@ -1,0 +1,65 @@
+"""One graph definition, three launch files, and the pip-route runner's command lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from diffpolicy_ros.nodes.graph import ARGUMENTS, graph
+from diffpolicy_ros.nodes.runner import parse_overrides, ros_args
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.quick
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENTS))
+def test_launch_file_generates_its_graph(name):
+    path = REPO / "launch" / f"{name}.launch.py"
+    tree = ast.parse(path.read_text())
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "generate_launch_description" in functions
+    assert f'generate("{name}")' in path.read_text()
+
+
+def test_sim_train_graph_has_every_node_on_sim_time():
+    nodes = {n.name: n for n in graph("sim_train")}
+    assert set(nodes) == {
+        "sim_bridge",
+        "camera_top",
+        "camera_side",
+        "proprio_node",
+        "instruction_node",
+        "policy_node",
+        "chunk_executor",
+        "trainer_node",
+    }
+    assert "use_sim_time" not in nodes["sim_bridge"].parameters  # it publishes /clock
+    assert all(n.parameters.get("use_sim_time") for k, n in nodes.items() if k != "sim_bridge")
+    assert not nodes["trainer_node"].required
+    assert "trainer_node" not in {n.name for n in graph("sim_train", {"trainer": "false"})}
+
+
+def test_real_arm_remaps_twist_to_servo_and_has_no_sim():
+    nodes = {n.name: n for n in graph("real_arm", {"top_device": "0"})}
+    assert "sim_bridge" not in nodes and "trainer_node" not in nodes
+    assert ("/arm/cmd_twist", "/servo_node/delta_twist_cmds") in nodes["chunk_executor"].remappings
+    assert nodes["camera_top"].parameters["device"] == "0"
+
+
+def test_unknown_graph_or_argument_is_an_error():
+    with pytest.raises(ValueError, match="unknown graph"):
+        graph("sim_play")
+    with pytest.raises(ValueError, match="ddim_stepz"):
+        graph("sim_train", {"ddim_stepz": "10"})
+    with pytest.raises(ValueError):
+        parse_overrides(["device=cuda"])
+    assert parse_overrides(["device:=cuda", "config:="]) == {"device": "cuda", "config": ""}
+
+
+def test_ros_args_encode_types_and_empty_strings():
+    spec = graph("sim_train", {"ddim_steps": "20"})[5]
+    args = ros_args(spec)
+    assert args[:3] == ["--ros-args", "-r", "__node:=policy_node"]
+    assert "ddim_steps:=20" in args and "checkpoint:=''" in args and "use_sim_time:=true" in args
