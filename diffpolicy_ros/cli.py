@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=10_000, help="episode i uses seed S + i (held out from demos)")
     ev.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: the checkpoint's task")
     ev.add_argument("--ddim-steps", type=int, default=None)
-    ev.add_argument("--execute-horizon", type=int, default=8)
+    ev.add_argument("--execute-horizon", type=int, default=4)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
     ev.add_argument("--json", action="store_true")

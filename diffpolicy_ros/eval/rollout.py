@@ -55,7 +55,7 @@ def evaluate_policy(
     obs_mode: str = "state",
     device: str = "cpu",
     ddim_steps: int | None = None,
-    execute_horizon: int = 8,
+    execute_horizon: int = 4,
     parallel: int = 10,
     progress: bool = True,
 ) -> dict:

@@ -147,12 +147,17 @@ class CachedTextEncoder(nn.Module):
             self._cache[text] = (ids + [0] * pad, [False] * len(ids) + [True] * pad)
         return self._cache[text]
 
-    def forward(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token embeddings [B, T, D] and the padding mask [B, T] (True = padding), both on ``device``."""
+    def token_tensors(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids [B, T] and the padding mask [B, T] (True = padding) on ``device``; CPU work, cached."""
         ids, pads = zip(*(self.tokenize(t) for t in texts))
         ids_t = torch.tensor(ids, dtype=torch.long).to(device, non_blocking=True)
         pad_t = torch.tensor(pads, dtype=torch.bool).to(device, non_blocking=True)
-        return self.embed(ids_t), pad_t
+        return ids_t, pad_t
+
+    def forward(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token embeddings [B, T, D] and the padding mask [B, T], both on ``device``."""
+        ids, pad = self.token_tensors(texts, device)
+        return self.embed(ids), pad
 
 
 def mlp(dims: list[int], activation: type[nn.Module] = nn.Mish) -> nn.Sequential:

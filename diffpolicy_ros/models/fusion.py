@@ -91,7 +91,10 @@ class MultimodalEncoder(nn.Module):
                 tokens.append(pool(fmap) + self.type_embed[1])
                 masks.append(torch.zeros(batch, cfg.image_tokens_per_camera, dtype=torch.bool, device=device))
         if cfg.use_text:
-            text, pad = self.text(obs["instruction"], device)
+            if "instruction_ids" in obs:  # pre-tokenized (the traced inference graph takes tensors only)
+                text, pad = self.text.embed(obs["instruction_ids"]), obs["instruction_pad"]
+            else:
+                text, pad = self.text(obs["instruction"], device)
             tokens.append(text + self.type_embed[2])
             masks.append(pad)
         tokens.append(self.proprio(self.state_norm.normalize(state)).unsqueeze(1) + self.type_embed[3])

@@ -10,7 +10,8 @@ Backends behind the same call:
   arithmetic. The noise is an input, so the fast path is numerically the eager model on the same noise.
 - on CUDA / NPU: eager under the device's autocast (bf16), with no host sync inside the loop.
 
-Text is tokenized on the CPU once per distinct instruction (the encoder caches it).
+Text is tokenized on the CPU once per distinct instruction (the encoder caches it) and enters the graph as
+token ids, so one traced graph per batch size serves every instruction.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _with_matmul_convs(module: nn.Module, min_fan_in: int) -> nn.Module:
 
 
 class _TracedSampler(nn.Module):
-    """Pure-tensor signature for tracing: (state tensors..., text ids, noise chain) -> normalized chunk."""
+    """Pure-tensor signature for tracing: (observation tensors incl. token ids, noise) -> chunk in m/s."""
 
     def __init__(self, policy: DiffusionPolicy, ddim_steps: int):
         super().__init__()
@@ -72,9 +73,9 @@ class _TracedSampler(nn.Module):
         self.steps = ddim_steps
         self.timesteps = policy.schedule.ddim_timesteps(ddim_steps)
 
-    def forward(self, obs_tensors: dict[str, torch.Tensor], instructions: list[str], noise: torch.Tensor):
+    def forward(self, obs_tensors: dict[str, torch.Tensor], noise: torch.Tensor):
         p = self.policy
-        cond = p.encoder({**obs_tensors, "instruction": instructions})
+        cond = p.encoder(obs_tensors)
         coefs = p.schedule.ddim_coefficients(self.steps, 0.0)
         films = p.unet.film_for_steps(self.timesteps, cond)
         x = noise
@@ -99,7 +100,7 @@ class ChunkPredictor:
             backend = "eager"
         self.backend = backend
         self._autocast = autocast_settings(device)
-        self._graphs: dict[tuple[int, tuple[str, ...]], torch.jit.ScriptModule] = {}
+        self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self.matmul_conv_min_fan_in = 640  # C_in * K from which a conv runs faster as a GEMM (measured)
 
     # ------------------------------------------------------------------------------------------
@@ -121,37 +122,35 @@ class ChunkPredictor:
         shape = (batch["proprio"].shape[0], cfg.horizon, cfg.action_dim)
         return torch.randn(shape, generator=generator).to(self.device)
 
-    def _eager(self, batch: dict, noise: torch.Tensor) -> torch.Tensor:
+    def _tensors(self, batch: dict) -> dict[str, torch.Tensor]:
+        """Observation tensors with the instruction as token ids: the same graph serves every instruction."""
         tensors = {k: v for k, v in batch.items() if k != "instruction"}
-        return _TracedSampler(self.policy, self.ddim_steps)(tensors, batch["instruction"], noise)
+        if self.policy.config.fusion.use_text:
+            ids, pad = self.policy.encoder.text.token_tensors(batch["instruction"], self.device)
+            tensors.update(instruction_ids=ids, instruction_pad=pad)
+        return tensors
+
+    def _eager(self, batch: dict, noise: torch.Tensor) -> torch.Tensor:
+        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), noise)
 
     def _fast(self, batch: dict, noise: torch.Tensor) -> torch.Tensor:
-        tensors = {k: v for k, v in batch.items() if k != "instruction"}
-        instructions = batch["instruction"]
-        # The graph bakes in the batch size and the instruction tokens (cached per distinct string).
-        key = (noise.shape[0], tuple(instructions))
+        tensors = self._tensors(batch)
+        key = (noise.shape[0], tuple(sorted(tensors)))  # the graph bakes in the batch size
         graph = self._graphs.get(key)
         if graph is None:
-            fast_policy = _with_matmul_convs(self.policy, self.matmul_conv_min_fan_in)
-            sampler = _TracedSampler(fast_policy, self.ddim_steps)
-
-            class _Bound(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.sampler = sampler
-
-                def forward(self, tensors: dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
-                    return self.sampler(tensors, instructions, noise)
-
+            sampler = _TracedSampler(_with_matmul_convs(self.policy, self.matmul_conv_min_fan_in), self.ddim_steps)
             with torch.no_grad(), warnings.catch_warnings():
-                # expected: the trace bakes in the batch size, the timesteps and the instruction tokens
+                # expected: the trace bakes in the batch size and the DDIM timesteps
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(_Bound().eval(), (tensors, noise), check_trace=False, strict=False)
+                traced = torch.jit.trace(sampler.eval(), (tensors, noise), check_trace=False, strict=False)
                 graph = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
-            if len(self._graphs) > 16:  # many distinct instruction batches: keep memory bounded
-                self._graphs.clear()
             self._graphs[key] = graph
         return graph(tensors, noise)
+
+    def warm_up(self, example_obs: dict, calls: int = 3) -> None:
+        """Build (trace) and run the graph once off the control path, e.g. right after loading weights."""
+        for _ in range(calls):
+            self(example_obs)
 
     def max_abs_diff_vs_eager(self, obs: dict, seed: int = 0) -> float:
         """Largest difference between this backend and the eager reference on the same noise (m/s)."""

@@ -58,7 +58,7 @@ class FiLMResBlock(nn.Module):
     def forward(self, x: torch.Tensor, film: torch.Tensor) -> torch.Tensor:
         """``film`` is this block's [B, 2*C] (scale, shift)."""
         scale, shift = film[:, : self.c_out, None], film[:, self.c_out :, None]
-        h = self.block1(x) * scale + shift
+        h = torch.addcmul(shift, self.block1(x), scale)  # FiLM in one op
         return self.block2(h) + self.residual(x)
 
 

@@ -103,7 +103,7 @@ class ChunkExecutor(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(ChunkExecutor, args, threads=2)
+    return run_node(ChunkExecutor, args, threads=1)
 
 
 if __name__ == "__main__":

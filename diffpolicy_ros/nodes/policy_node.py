@@ -56,6 +56,13 @@ def assemble_observation(latest: dict, now: float, max_age: float, need_images: 
     return obs, min(stamps.values())
 
 
+def example_observation(images: bool) -> dict:
+    obs = {"proprio": np.zeros(16, np.float32), "instruction": "push the block to the target"}
+    if images:
+        obs.update({f"image_{c}": np.zeros((128, 128, 3), np.uint8) for c in CAMERAS})
+    return obs
+
+
 class PolicyNode(Node):
     def __init__(self):
         super().__init__("policy_node")
@@ -66,7 +73,9 @@ class PolicyNode(Node):
         self.declare_parameter("max_obs_age_s", 0.35)
         self.declare_parameter("chunk_dt", 0.1)
         self.declare_parameter("frame_id", "world")
-        self.declare_parameter("torch_threads", 0)  # 0: torch's default
+        # One intra-op thread: batch-1 inference gains nothing from more, and several torch processes each
+        # spinning OpenMP threads on a small CPU slow everything down by an order of magnitude.
+        self.declare_parameter("torch_threads", 1)
         self.device = resolve_device(self.get_parameter("device").value)
         self.ddim_steps = int(self.get_parameter("ddim_steps").value)
         self.max_age = float(self.get_parameter("max_obs_age_s").value)
@@ -153,7 +162,8 @@ class PolicyNode(Node):
         try:
             policy, _ = load_policy(path, self.device)
             predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps)
-        except (CheckpointError, ValueError, OSError) as exc:
+            predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
+        except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
             self.stats["failed_reloads"] += 1
             self.get_logger().warn(f"keeping the current policy: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
@@ -217,7 +227,7 @@ class PolicyNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(PolicyNode, args, threads=3)
+    return run_node(PolicyNode, args, threads=1)  # inference and reloads run in their own threads
 
 
 if __name__ == "__main__":

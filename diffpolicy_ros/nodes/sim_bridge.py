@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
@@ -25,7 +26,6 @@ from diffpolicy_ros.nodes.conversions import (
     make_joint_state,
     make_pose,
     numpy_to_image,
-    sec_to_stamp,
     twist_vector,
 )
 from diffpolicy_ros.sim import make_env
@@ -49,10 +49,13 @@ class SimBridge(Node):
         self.env = make_env(p["task"], obs_mode=obs_mode, control_dt=1 / p["control_rate_hz"])
         self.period = self.env.cfg.control_dt
         self.seed, self.episode = int(p["seed"]), 0
-        self.sim_time = 0.0  # monotonic across episodes (env time restarts at each reset)
+        # Integer nanoseconds, monotonic across episodes (env time restarts at each reset). A float sum of
+        # 0.1 s steps drifts 1 ns short of the period, which makes sim-time timers skip and then double-fire.
+        self.period_ns = round(self.period * 1e9)
+        self.sim_time_ns = 0
         self.lock = threading.Lock()
         self.cmd = np.zeros(3)
-        self.cmd_time = -np.inf
+        self.cmd_time = -(10**18)
         self.ep_return = 0.0
 
         self.pub_img = {c: self.create_publisher(Image, f"/cameras/{c}/image_raw", 5) for c in CAMERAS}
@@ -78,7 +81,7 @@ class SimBridge(Node):
             self.get_logger().warn(f"ignoring twist: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
         with self.lock:
-            self.cmd, self.cmd_time = v, self.sim_time
+            self.cmd, self.cmd_time = v, self.sim_time_ns
 
     def on_reset(self, request, response):
         with self.lock:
@@ -89,16 +92,16 @@ class SimBridge(Node):
     def reset_episode(self) -> None:
         obs, _ = self.env.reset(seed=self.seed + self.episode)
         self.ep_return = 0.0
-        self.cmd_time = -np.inf
+        self.cmd_time = -(10**18)
         self.pub_instruction.publish(String(data=obs["instruction"]))
         self.publish(obs)
 
     def step(self) -> None:
         with self.lock:
-            fresh = self.sim_time - self.cmd_time <= self.period + 1e-9
+            fresh = self.sim_time_ns - self.cmd_time <= self.period_ns
             action = self.cmd if fresh else np.zeros(3)
             obs, reward, terminated, truncated, info = self.env.step(action)
-            self.sim_time += self.period
+            self.sim_time_ns += self.period_ns
             self.ep_return += reward
             self.publish(obs)
             if terminated or truncated:
@@ -116,7 +119,7 @@ class SimBridge(Node):
                 self.reset_episode()
 
     def publish(self, obs: dict) -> None:
-        stamp = sec_to_stamp(self.sim_time)
+        stamp = Time(sec=self.sim_time_ns // 1_000_000_000, nanosec=self.sim_time_ns % 1_000_000_000)
         self.pub_clock.publish(Clock(clock=stamp))
         env = self.env
         if self.images:

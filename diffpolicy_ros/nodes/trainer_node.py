@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import rclpy
+import torch
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -35,6 +36,7 @@ class TrainerNode(Node):
         self.declare_parameter("iters", 2000)
         self.declare_parameter("checkpoint_every", 500)
         self.declare_parameter("eval_episodes", 10)
+        self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
         g = {
             n: self.get_parameter(n).value
             for n in (
@@ -56,6 +58,9 @@ class TrainerNode(Node):
         self.run.train.eval_every = int(g["checkpoint_every"])
         self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
         self.params = g
+        threads = int(self.get_parameter("torch_threads").value)
+        if threads > 0:
+            torch.set_num_threads(threads)
 
         self.pub = self.create_publisher(String, "/trainer/checkpoint", LATCHED_QOS)
         self.diag = Diagnostics(self)
@@ -129,7 +134,7 @@ class TrainerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(TrainerNode, args, threads=2)
+    return run_node(TrainerNode, args, threads=1)  # training runs in its own thread
 
 
 if __name__ == "__main__":

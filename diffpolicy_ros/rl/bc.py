@@ -42,7 +42,7 @@ class BCConfig:
     eval_every: int = 1000
     eval_episodes: int = 20
     final_eval_episodes: int = 50
-    execute_horizon: int = 8  # actions of each predicted chunk executed before re-planning
+    execute_horizon: int = 4  # actions of each chunk executed before re-planning (4 beat 8 and 12 here)
     log_every: int = 50
     seed: int = 0
     device: str = "auto"

@@ -108,7 +108,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
         names = set(node.get_node_names())
         assert GRAPH_NODES <= names, GRAPH_NODES - names
 
-        # 10 +- 1 Hz of 16-point finite chunks, all the checkpoint's velocity
+        # 10 +- 1 Hz of 16-point finite chunks, all the checkpoint's velocity (after a settling second)
+        spin_until(node, lambda: False, 2.0)
         chunks.clear()
         start = time.monotonic()
         spin_until(node, lambda: False, 10.0)
