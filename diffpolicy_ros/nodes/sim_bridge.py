@@ -120,7 +120,6 @@ class SimBridge(Node):
 
     def publish(self, obs: dict) -> None:
         stamp = Time(sec=self.sim_time_ns // 1_000_000_000, nanosec=self.sim_time_ns % 1_000_000_000)
-        self.pub_clock.publish(Clock(clock=stamp))
         env = self.env
         if self.images:
             for cam in CAMERAS:
@@ -135,6 +134,8 @@ class SimBridge(Node):
         self.pub_object.publish(make_pose(block, stamp, self.frame_id, yaw))
         goal = obs["proprio"][14:16]  # the env's goal slot (the midpoint in the two-goal task)
         self.pub_goal.publish(make_pose([goal[0], goal[1], 0.0], stamp, self.frame_id))
+        # /clock last: sim-time timers downstream (the policy tick) fire after this step's data is out
+        self.pub_clock.publish(Clock(clock=stamp))
 
     def close(self) -> None:
         self.env.close()
