@@ -9,19 +9,19 @@ One ``.npz`` file, steps of all episodes concatenated (the Diffusion Policy repl
     episode/<field>  [E]       per-episode metadata (instruction, success, side, seed, return)
     meta             []        JSON string: task, env config, format version
 
-Files are written atomically (temp file + fsync + rename) and loaded without pickle; a malformed file
+Files are written atomically (``atomic_file.atomic_write``) and loaded without pickle; a malformed file
 raises :class:`DatasetError` naming what is wrong.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from diffpolicy_ros.atomic_file import atomic_write
 
 FORMAT_VERSION = 1
 
@@ -53,7 +53,6 @@ class EpisodeDataset:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         arrays = {f"obs/{k}": v for k, v in self.obs.items()}
         arrays.update({f"episode/{k}": v for k, v in self.episode.items()})
         arrays.update(
@@ -62,17 +61,7 @@ class EpisodeDataset:
             episode_ends=self.episode_ends,
             meta=np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION})),
         )
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644 & ~_umask())  # mkstemp creates 0600
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
         return path
 
     @classmethod
@@ -152,9 +141,3 @@ class EpisodeRecorder:
         )
         ds.validate()
         return ds
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

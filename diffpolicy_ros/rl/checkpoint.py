@@ -9,14 +9,13 @@ policy samples exactly as the saved one did.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from diffpolicy_ros.atomic_file import atomic_write
 from diffpolicy_ros.models.factory import build_policy, policy_spec
 
 FORMAT = "diffpolicy_ros/checkpoint"
@@ -28,29 +27,8 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir.
-
-    A crash at any point leaves either the previous file or the new one, never a partial file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~_umask())  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+    """Write ``payload`` atomically: a crash leaves the previous checkpoint loadable, never a partial file."""
+    return atomic_write(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **payload}, f))
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
@@ -83,9 +61,3 @@ def load_policy(path: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"{path}: non-finite values in {name}")
     return policy.to(device).eval(), ckpt
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
