@@ -27,8 +27,10 @@ class ChunkPlayer:
         self.start = -np.inf
 
     def offer(self, chunk: np.ndarray, stamp: float, now: float) -> str | None:
-        """Take a validated chunk; returns the reason it was refused, or None."""
-        if stamp <= self.start:
+        """Take a validated chunk; returns the reason it was refused, or None ('' for a silent duplicate)."""
+        if stamp == self.start:
+            return ""  # the same observation again: nothing new to play
+        if stamp < self.start:
             return "out-of-order chunk (older than the one playing)"
         if stamp > now + self.future_tolerance:
             return f"chunk stamped {stamp - now:.3f} s in the future"

@@ -215,13 +215,14 @@ def train_bc(
         lr_schedule.step()
         ema.update_parameters(policy)
         losses.append(loss.item())
+        hooks.progress["iter"] = it + 1
 
         if hooks.save_now.is_set():
             hooks.save_now.clear()
             checkpoint("last.pt", it + 1, last_eval)
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
-            hooks.progress.update(iter=it + 1, loss=mean_loss, success_rate=last_eval.get("success_rate", -1.0))
+            hooks.progress.update(loss=mean_loss, success_rate=last_eval.get("success_rate", -1.0))
             writer.add_scalar("bc/loss", mean_loss, it + 1)
             writer.add_scalar("bc/lr", lr_schedule.get_last_lr()[0], it + 1)
             bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
