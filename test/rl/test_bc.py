@@ -137,3 +137,42 @@ def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
         save_checkpoint(path, {"policy_spec": TINY_POLICY, "model": {"x": torch.zeros(2)}})
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_train_bc_cli_end_to_end(demos, tmp_path):
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({"policy": TINY_POLICY, "train": {"batch_size": 8, "log_every": 5}}))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diffpolicy_ros.cli",
+            "train-bc",
+            "--data",
+            str(demos),
+            "--config",
+            str(config),
+            "--iters",
+            "10",
+            "--eval-every",
+            "10",
+            "--final-eval-episodes",
+            "1",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(tmp_path / "runs"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout)
+    assert result["iters"] == 10 and Path(result["checkpoint"]).is_file()
+    assert load_checkpoint(result["checkpoint"])["meta"]["bc_config"]["iters"] == 10
