@@ -12,4 +12,32 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1,
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="diffpolicy_roslog_"))
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
 import diffpolicy_ros  # noqa: E402,F401  (selects the headless GL backend before mujoco loads)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def run_cli():
+    """Run ``diffpolicy <args> --json`` in a fresh interpreter (as a user would) and return its JSON."""
+
+    def run(*args: str, timeout: float = 300) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        out = subprocess.run(
+            [sys.executable, "-m", "diffpolicy_ros.cli", *map(str, args), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    return run

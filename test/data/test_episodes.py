@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from diffpolicy_ros.data.episodes import DatasetError, EpisodeDataset
 from diffpolicy_ros.sim.demos import run_demos
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.quick
@@ -70,49 +62,17 @@ def test_failed_save_leaves_previous_file_intact(tmp_path, monkeypatch):
 
 
 @pytest.mark.quick
-def test_demo_cli_prints_json_and_writes_dataset(tmp_path):
+def test_demo_cli_prints_json_and_writes_dataset(tmp_path, run_cli):
     out = tmp_path / "d.npz"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "diffpolicy_ros.cli",
-            "demo",
-            "--episodes",
-            "4",
-            "--seed",
-            "3",
-            "--task",
-            "push_two_goals",
-            "--out",
-            str(out),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    summary = json.loads(result.stdout)
+    summary = run_cli("demo", "--episodes", 4, "--seed", 3, "--task", "push_two_goals", "--out", out, timeout=120)
     for key in ("success_rate", "mean_return", "left_fraction", "episodes"):
         assert key in summary
     assert summary["episodes"] == 4 and summary["success_rate"] >= 0.75
     assert EpisodeDataset.load(out).meta["task"] == "push_two_goals"
 
 
-def test_bench_sim_cli_reports_every_figure():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-m", "diffpolicy_ros.cli", "bench", "sim", "--json", "--steps", "20", "--workers", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
-    )
-    figures = json.loads(result.stdout)
+def test_bench_sim_cli_reports_every_figure(run_cli):
+    figures = run_cli("bench", "sim", "--steps", 20, "--workers", 2)
     for key in (
         "mj_steps_per_s",
         "env_steps_per_s_state",

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +13,6 @@ from diffpolicy_ros.rl.bc import BCConfig, BCRun, chunk_targets, random_shift, t
 from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
 from diffpolicy_ros.sim.demos import run_demos
 
-REPO = Path(__file__).resolve().parents[2]
 TINY_POLICY = {
     "kind": "diffusion",
     "diffusion": {
@@ -72,33 +67,13 @@ def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
     assert any((tmp_path / "run" / "tb").iterdir())
 
 
-def test_eval_cli_reports_success_and_modes(demos, tmp_path):
+def test_eval_cli_reports_success_and_modes(demos, tmp_path, run_cli):
     run = BCRun(
-        policy=TINY_POLICY, train=BCConfig(iters=5, batch_size=8, eval_every=5, final_eval_episodes=1, device="cpu")
+        policy=TINY_POLICY,
+        train=BCConfig(iters=5, batch_size=8, eval_every=5, final_eval_episodes=1, device="cpu"),
     )
     ckpt = train_bc(run, demos, tmp_path / "run", progress=False)["checkpoint"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "diffpolicy_ros.cli",
-            "eval",
-            "--checkpoint",
-            ckpt,
-            "--episodes",
-            "2",
-            "--json",
-            "--device",
-            "cpu",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
-    )
-    result = json.loads(out.stdout)
+    result = run_cli("eval", "--checkpoint", ckpt, "--episodes", 2, "--device", "cpu")
     for key in ("success_rate", "mean_return", "left_fraction", "right_fraction", "episodes"):
         assert key in result
     assert result["episodes"] == 2
@@ -139,40 +114,27 @@ def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
-def test_train_bc_cli_end_to_end(demos, tmp_path):
+def test_train_bc_cli_end_to_end(demos, tmp_path, run_cli):
     import yaml
 
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({"policy": TINY_POLICY, "train": {"batch_size": 8, "log_every": 5}}))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "diffpolicy_ros.cli",
-            "train-bc",
-            "--data",
-            str(demos),
-            "--config",
-            str(config),
-            "--iters",
-            "10",
-            "--eval-every",
-            "10",
-            "--final-eval-episodes",
-            "1",
-            "--device",
-            "cpu",
-            "--run-dir",
-            str(tmp_path / "runs"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
+    result = run_cli(
+        "train-bc",
+        "--data",
+        demos,
+        "--config",
+        config,
+        "--iters",
+        10,
+        "--eval-every",
+        10,
+        "--final-eval-episodes",
+        1,
+        "--device",
+        "cpu",
+        "--run-dir",
+        tmp_path / "runs",
     )
-    result = json.loads(out.stdout)
     assert result["iters"] == 10 and Path(result["checkpoint"]).is_file()
     assert load_checkpoint(result["checkpoint"])["meta"]["bc_config"]["iters"] == 10
