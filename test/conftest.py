@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
+
+import pytest
 
 # Set before rclpy or mujoco is imported anywhere in the test session.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 101)))
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="diffpolicy_roslog_"))
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
 
 import diffpolicy_ros  # noqa: E402,F401  (selects the headless GL backend before mujoco loads)
 
