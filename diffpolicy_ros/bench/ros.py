@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +36,7 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
 
     from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
     from diffpolicy_ros.nodes.conversions import stamp_to_sec
+    from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -46,22 +44,7 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_ros_"))
     ckpt = checkpoint or untrained_image_checkpoint(tmp / "policy.pt")
-    graph = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "diffpolicy_ros.cli",
-            "launch",
-            "sim_train",
-            f"checkpoint:={ckpt}",
-            "trainer:=false",
-            f"run_dir:={tmp}",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    graph = spawn_graph("sim_train", {"checkpoint": str(ckpt), "trainer": "false", "run_dir": str(tmp)}, env)
     rclpy.init()
     node = Node("bench_ros")
     image_wall: dict[float, float] = {}
@@ -97,11 +80,7 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
-        os.killpg(graph.pid, signal.SIGINT)
-        try:
-            graph.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(graph.pid, signal.SIGKILL)
+        stop_graph(graph)
     lat = np.array([(w - image_wall[s]) * 1e3 for w, s in chunks if s in image_wall])
     gaps = np.diff(np.array(twists)) * 1e3 if len(twists) > 1 else np.zeros(1)
     return {

@@ -15,7 +15,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "demos": "",
         "checkpoint": "",  # start the policy from this checkpoint instead of waiting for the trainer
         "ddim_steps": "10",
-        "headless": "true",  # no viewer window (the pip route has none anyway)
+        "headless": "true",  # accepted for launch compatibility: MuJoCo always renders offscreen here
         "run_dir": "",
         "task": "push",
         "seed": "0",  # episode i of the sim uses seed + i
@@ -105,7 +105,6 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
         for node in nodes:
             if node.executable != "sim_bridge":  # the bridge publishes /clock; everyone else follows it
                 node.parameters.update(sim_time)
-        _ = _bool(a["headless"])  # MuJoCo renders offscreen in every case; kept for launch compatibility
         return nodes
 
     if name == "real_arm":

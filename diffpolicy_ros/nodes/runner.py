@@ -102,6 +102,31 @@ def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
     return exit_code
 
 
+def spawn_graph(
+    name: str, overrides: dict[str, str], env: dict[str, str] | None = None, stdout=None
+) -> subprocess.Popen:
+    """Start ``diffpolicy launch <name> k:=v ...`` in its own process group (for benchmarks and tests)."""
+    args = [f"{k}:={v}" for k, v in overrides.items()]
+    return subprocess.Popen(
+        [sys.executable, "-m", "diffpolicy_ros.cli", "launch", name, *args],
+        env=env,
+        stdout=subprocess.DEVNULL if stdout is None else stdout,
+        stderr=subprocess.STDOUT if stdout is not None else subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_graph(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
+    """Ctrl-C the whole launch; its exit code, or None if it had to be killed after ``timeout``."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
 def parse_overrides(items: list[str]) -> dict[str, str]:
     overrides = {}
     for item in items:

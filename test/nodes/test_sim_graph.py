@@ -9,9 +9,7 @@ plumbing and timing deterministically, not a policy's skill (BC and eval tests d
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,18 +18,12 @@ import pytest
 import torch
 
 from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.nodes.graph import graph as graph_definition
+from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 from diffpolicy_ros.rl.checkpoint import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-GRAPH_NODES = {
-    "sim_bridge",
-    "camera_top",
-    "camera_side",
-    "proprio_node",
-    "instruction_node",
-    "policy_node",
-    "chunk_executor",
-}
+GRAPH_NODES = {n.name for n in graph_definition("sim_train", {"trainer": "false"})}
 SEED_BLOCK_AHEAD = 29  # a reset whose block sits straight ahead of the pusher (y within 1 cm)
 
 
@@ -73,23 +65,13 @@ def test_sim_train_graph_end_to_end(tmp_path):
     sideways = constant_velocity_checkpoint(tmp_path / "sideways.pt", (0.0, 0.1, 0.0))
     log = open(tmp_path / "graph.log", "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    graph = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "diffpolicy_ros.cli",
-            "launch",
-            "sim_train",
-            f"checkpoint:={forward}",
-            "trainer:=false",
-            f"seed:={SEED_BLOCK_AHEAD}",
-            f"run_dir:={tmp_path}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    overrides = {
+        "checkpoint": str(forward),
+        "trainer": "false",
+        "seed": str(SEED_BLOCK_AHEAD),
+        "run_dir": str(tmp_path),
+    }
+    graph = spawn_graph("sim_train", overrides, env, stdout=log)
     rclpy.init()
     node = Node("graph_test_probe")
     chunks, twists, poses = [], [], []
@@ -128,13 +110,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
-        os.killpg(graph.pid, signal.SIGINT)  # Ctrl-C to the whole launch
-        try:
-            code = graph.wait(timeout=30)
-        finally:
-            if graph.poll() is None:
-                os.killpg(graph.pid, signal.SIGKILL)
-            log.close()
+        code = stop_graph(graph, timeout=30)  # Ctrl-C to the whole launch; None if it had to be killed
+        log.close()
     assert code == 0, (tmp_path / "graph.log").read_text()[-3000:]
     leftover = subprocess.run(["pgrep", "-g", str(graph.pid)], capture_output=True, text=True).stdout.strip()
     assert not leftover, f"processes left running: {leftover}"
