@@ -2,8 +2,10 @@
 
     diffpolicy demo --episodes N --seed S [--task push|push_two_goals] [--out FILE] [--json]
     diffpolicy train-bc --data DEMOS --config config/policy/<name>.yaml [--iters N] [--device D]
+    diffpolicy train-ppo --config config/train/<name>.yaml [--init CKPT] [--device D] [--resume auto|CKPT]
     diffpolicy eval --checkpoint CKPT --episodes N [--task T] [--json]
-    diffpolicy bench sim|policy|ros [--json]
+    diffpolicy plot RUN_DIR
+    diffpolicy bench sim|policy|ros|learn [--json]
     diffpolicy launch sim_train|real_arm|replay_eval [name:=value ...]
 
 Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
 
-TASK_CHOICES = ("push", "push_two_goals")
+TASK_CHOICES = ("push", "push_two_goals", "point_mass")  # = diffpolicy_ros.sim.TASKS, without importing it
 
 
 def _print_json_or_table(result: dict, as_json: bool) -> None:
@@ -84,6 +87,36 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_ppo(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.rl.ppo import load_ppo_run, train_ppo
+
+    run = load_ppo_run(args.config)
+    if args.init is not None:
+        run.init = str(args.init)
+    for key in ("device", "seed", "total_env_steps", "n_envs", "ddim_steps"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(run.train, key, value)
+    if args.resume == "auto" and args.run_dir is None:
+        print("diffpolicy train-ppo: --resume auto needs --run-dir (the run to continue)", file=sys.stderr)
+        return 2
+    result = train_ppo(run, args.run_dir, resume=args.resume, progress=not args.json)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
+        _print_json_or_table(result, args.json)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.eval.plots import plot_run
+
+    try:
+        print(plot_run(args.run_dir, args.out))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"diffpolicy plot: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from diffpolicy_ros.device import resolve_device
     from diffpolicy_ros.eval.rollout import evaluate_policy
@@ -132,6 +165,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_bench_learn(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.learn import bench_learn
+
+    result = bench_learn(
+        tasks=args.tasks,
+        variants=args.variants,
+        total_env_steps=args.total_env_steps,
+        out_dir=args.out_dir,
+        init={"push": args.init_push, "push_two_goals": args.init_push_two_goals},
+        progress=not args.json,
+    )
+    _print_json_or_table(result, args.json)
+    return 0
+
+
 def cmd_bench_ros(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.ros import bench_ros
 
@@ -168,6 +216,24 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     bc.set_defaults(func=cmd_train_bc)
 
+    ppo = sub.add_parser("train-ppo", help="PPO fine-tuning (diffusion: DPPO chain likelihood; or Gaussian)")
+    ppo.add_argument("--config", type=Path, required=True, help="e.g. config/train/push.yaml")
+    ppo.add_argument("--init", type=Path, default=None, help="BC checkpoint to start from (default: the config's)")
+    ppo.add_argument("--run-dir", type=Path, default=None, help="default: runs/ppo-<timestamp>")
+    ppo.add_argument("--resume", default=None, help="auto (newest checkpoint in --run-dir, if any) or a path")
+    ppo.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
+    ppo.add_argument("--seed", type=int, default=None)
+    ppo.add_argument("--total-env-steps", type=int, default=None)
+    ppo.add_argument("--n-envs", type=int, default=None)
+    ppo.add_argument("--ddim-steps", type=int, default=None)
+    ppo.add_argument("--json", action="store_true", help="one JSON summary on stdout (log lines stay on stderr)")
+    ppo.set_defaults(func=cmd_train_ppo)
+
+    plot = sub.add_parser("plot", help="write RUN_DIR/curves.png from a training run's metrics.csv")
+    plot.add_argument("run_dir", type=Path)
+    plot.add_argument("--out", type=Path, default=None)
+    plot.set_defaults(func=cmd_plot)
+
     ev = sub.add_parser("eval", help="closed-loop evaluation of a checkpoint in the sim")
     ev.add_argument("--checkpoint", type=Path, required=True)
     ev.add_argument("--episodes", type=int, default=50)
@@ -200,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
+    blearn = bench_sub.add_parser("learn", help="long: PPO success vs env steps, diffusion DDIM-10/20 vs Gaussian")
+    blearn.add_argument("--tasks", nargs="+", default=["push", "push_two_goals"], choices=TASK_CHOICES)
+    blearn.add_argument("--variants", nargs="+", default=["diffusion_ddim10", "diffusion_ddim20", "gaussian"])
+    blearn.add_argument("--total-env-steps", type=int, default=200_000)
+    blearn.add_argument("--out-dir", type=Path, default=Path("runs/bench_learn"))
+    blearn.add_argument("--init-push", type=Path, default=None, help="BC checkpoints (default: trained here)")
+    blearn.add_argument("--init-push-two-goals", type=Path, default=None)
+    blearn.add_argument("--json", action="store_true")
+    blearn.set_defaults(func=cmd_bench_learn)
     bros = bench_sub.add_parser("ros", help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter")
     bros.add_argument("--duration", type=float, default=30.0)
     bros.add_argument("--checkpoint", type=Path, default=None, help="default: a freshly BC-trained state policy")

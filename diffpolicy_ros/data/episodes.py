@@ -89,8 +89,8 @@ class EpisodeDataset:
 
     def validate(self, name: str = "dataset") -> None:
         t = self.n_steps
-        if self.action.ndim != 2 or self.action.shape[1] != 3:
-            raise DatasetError(f"{name}: action must be [T, 3], got {self.action.shape}")
+        if self.action.ndim != 2 or self.action.shape[1] not in (2, 3):  # point mass (vx, vy) | arm (vx, vy, vz)
+            raise DatasetError(f"{name}: action must be [T, 3] (or [T, 2] for point_mass), got {self.action.shape}")
         if not np.all(np.isfinite(self.action)):
             raise DatasetError(f"{name}: action contains NaN or inf")
         if self.reward.shape != (t,):

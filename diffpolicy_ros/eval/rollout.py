@@ -16,10 +16,6 @@ from tqdm import tqdm
 
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.sim import make_env
-from diffpolicy_ros.sim.push_env import PushEnv
-
-PASS_TOLERANCE = 0.02  # m: the pusher is "abreast" of the block when their x differ by less
-SIDE_OFFSET = 0.03  # m: lateral offset that counts as passing on one side
 
 
 @dataclass
@@ -28,23 +24,7 @@ class EpisodeResult:
     success: bool
     ep_return: float
     length: int
-    route: str  # 'left' | 'right' | 'none' (never went past the block)
-
-
-class RouteTracker:
-    """Which side of the block the pusher first passes (robot's left = +y)."""
-
-    def __init__(self):
-        self.route = "none"
-
-    def update(self, env: PushEnv) -> None:
-        if self.route != "none":
-            return
-        block, tip = env.block_pose[0], env.pusher_position
-        if abs(tip[0] - block[0]) < PASS_TOLERANCE:
-            offset = tip[1] - block[1]
-            if abs(offset) > SIDE_OFFSET:
-                self.route = "left" if offset > 0 else "right"
+    route: str  # 'left' | 'right' | 'none' (never went past the obstacle): the env's ``info['route']``
 
 
 def evaluate_policy(
@@ -58,17 +38,18 @@ def evaluate_policy(
     execute_horizon: int = 4,
     parallel: int = 10,
     progress: bool = True,
+    env_kwargs: dict | None = None,
 ) -> dict:
     """Run ``episodes`` closed-loop episodes; returns summary figures plus per-episode results."""
     start = time.perf_counter()
-    envs = [make_env(task, obs_mode=obs_mode, execute_horizon=execute_horizon) for _ in range(min(parallel, episodes))]
+    kwargs = {**(env_kwargs or {}), "obs_mode": obs_mode, "execute_horizon": execute_horizon}
+    envs = [make_env(task, **kwargs) for _ in range(min(parallel, episodes))]
     results: list[EpisodeResult] = []
     bar = tqdm(total=episodes, desc=f"eval {task}", unit="ep", disable=not progress)
     policy.eval()
     for wave_start in range(0, episodes, len(envs)):
         wave = envs[: min(len(envs), episodes - wave_start)]
         obs = [env.reset(seed=seed + wave_start + i)[0] for i, env in enumerate(wave)]
-        trackers = [RouteTracker() for _ in wave]
         returns = [0.0] * len(wave)
         active = list(range(len(wave)))
         while active:
@@ -83,7 +64,6 @@ def evaluate_policy(
                 for action in chunks[row][:execute_horizon]:
                     obs[i], reward, terminated, truncated, info = env.step(action.astype(np.float64))
                     returns[i] += reward
-                    trackers[i].update(env)
                     if terminated or truncated:
                         done = True
                         break
@@ -94,7 +74,7 @@ def evaluate_policy(
                             info["is_success"],
                             returns[i],
                             info["elapsed_steps"],
-                            trackers[i].route,
+                            info["route"],
                         )
                     )
                     bar.update(1)

@@ -29,8 +29,12 @@ class DiffusionPolicyConfig:
     horizon: int = 16
     action_dim: int = 3
     ddim_steps: int = 10
-    eta: float = 0.0  # deterministic DDIM for deployment; PPO fine-tuning samples with eta > 0
+    eta: float = 0.0  # deployment DDIM eta: 0 = classic deterministic DDIM (BC); after PPO the fine-tuning eta
     min_std: float = 0.1  # DPPO: floor of the per-step sampling / likelihood std while fine-tuning
+    # Deployment adds each step's noise (std max(sigma_eta, min_std)). PPO sets it: the fine-tuned policy is
+    # the stochastic chain it was optimized as; its noise-free mean path is a different policy, and measured
+    # on the point mass it did not improve when the stochastic policy did.
+    stochastic: bool = False
     finetune_steps: int = 10  # K': the last K' denoising steps carry the PPO likelihood
     fusion: FusionConfig = field(default_factory=FusionConfig)
     unet: UNetConfig = field(default_factory=UNetConfig)
@@ -65,10 +69,12 @@ class DiffusionPolicy(nn.Module):
         min_std: float | None = None,
         return_chain: bool = False,
         generator: torch.Generator | None = None,
+        noise: bool | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Normalized chunk [B, H, A]; with ``return_chain`` also the chain [B, K+1, H, A] (x_T first).
 
         ``min_std`` (PPO exploration) floors the per-step std so every recorded step has a density.
+        ``noise``: add the per-step noise (default: when eta > 0 or min_std); False follows the means.
         The loop has no host synchronization: all constants are computed before it.
         """
         cfg = self.config
@@ -78,12 +84,12 @@ class DiffusionPolicy(nn.Module):
         stds = coefs[:, 4].clamp(min=min_std) if min_std else coefs[:, 4]
         films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
         shape = (cond.shape[0], cfg.horizon, cfg.action_dim)
+        add_noise = (eta > 0 or bool(min_std)) if noise is None else noise
         x = torch.randn(shape, device=cond.device, generator=generator)
         chain = [x] if return_chain else None
         for k in range(steps):
             mean = self.schedule.ddim_mean(x, self.unet.forward_with_film(x, films[k]), coefs[k])
-            noise = torch.randn(shape, device=cond.device, generator=generator)
-            x = mean + stds[k] * noise if (eta > 0 or min_std) else mean
+            x = mean + stds[k] * torch.randn(shape, device=cond.device, generator=generator) if add_noise else mean
             if return_chain:
                 chain.append(x)
         x = x.clamp(-1.0, 1.0)
@@ -97,8 +103,10 @@ class DiffusionPolicy(nn.Module):
         eta: float | None = None,
         min_std: float | None = None,
         last_k: int | None = None,
+        per_step: bool = False,
     ) -> torch.Tensor:
-        """log pi_theta(chain) [B]: sum of the Gaussian step log-densities of the last K' steps."""
+        """log pi_theta(chain) [B]: sum of the Gaussian step log-densities of the last K' steps
+        (``per_step``: the K' terms themselves, [B, K'])."""
         cfg = self.config
         steps = ddim_steps or cfg.ddim_steps
         eta = cfg.eta if eta is None else eta
@@ -113,14 +121,18 @@ class DiffusionPolicy(nn.Module):
         x_t = torch.cat([chain[:, k] for k in ks])
         t = torch.tensor([timesteps[k] for k in ks], device=cond.device).repeat_interleave(batch)
         eps = self.unet(x_t, t, cond.repeat(len(ks), 1))
-        logp = torch.zeros(batch, device=cond.device)
+        terms = []
         for i, k in enumerate(ks):
             rows = slice(i * batch, (i + 1) * batch)
             mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs[k])
-            logp = logp + gaussian_log_prob(chain[:, k + 1], mean, stds[k])
-        return logp
+            terms.append(gaussian_log_prob(chain[:, k + 1].float(), mean.float(), stds[k]))  # fp32 under AMP
+        logp = torch.stack(terms, dim=1)
+        return logp if per_step else logp.sum(1)
 
     @torch.inference_mode()
     def predict_chunk(self, obs: dict, ddim_steps: int | None = None) -> torch.Tensor:
         """Observation batch -> unnormalized action chunk [B, H, A] in m/s (the deployment call)."""
-        return self.action_norm.unnormalize(self.sample(self.encoder(obs), ddim_steps))
+        cfg = self.config
+        cond = self.encoder(obs)
+        x = self.sample(cond, ddim_steps, min_std=cfg.min_std if cfg.stochastic else None, noise=cfg.stochastic)
+        return self.action_norm.unnormalize(x)

@@ -99,5 +99,6 @@ class MultimodalEncoder(nn.Module):
             masks.append(pad)
         tokens.append(self.proprio(self.state_norm.normalize(state)).unsqueeze(1) + self.type_embed[3])
         masks.append(torch.zeros(batch, 1, dtype=torch.bool, device=device))
-        seq = self.transformer(torch.cat(tokens, dim=1), src_key_padding_mask=torch.cat(masks, dim=1))
-        return self.out_norm(seq[:, 0])
+        with torch.autocast(device.type, enabled=False):  # attention (softmax over a few tokens) stays fp32 under AMP
+            seq = self.transformer(torch.cat(tokens, dim=1).float(), src_key_padding_mask=torch.cat(masks, dim=1))
+            return self.out_norm(seq[:, 0])

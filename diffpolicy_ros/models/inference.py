@@ -73,14 +73,18 @@ class _TracedSampler(nn.Module):
         self.steps = ddim_steps
         self.timesteps = policy.schedule.ddim_timesteps(ddim_steps)
 
-    def forward(self, obs_tensors: dict[str, torch.Tensor], noise: torch.Tensor):
+    def forward(self, obs_tensors: dict[str, torch.Tensor], noise: torch.Tensor, step_noise: torch.Tensor):
+        """``noise`` [B, H, A] is x_T; ``step_noise`` [K, B, H, A] the per-step noise of a stochastic policy
+        (ignored, and zeros, for a deterministic one)."""
         p = self.policy
         cond = p.encoder(obs_tensors)
-        coefs = p.schedule.ddim_coefficients(self.steps, 0.0)
+        coefs = p.schedule.ddim_coefficients(self.steps, p.config.eta)
         films = p.unet.film_for_steps(self.timesteps, cond)
         x = noise
         for k in range(self.steps):
             x = p.schedule.ddim_mean(x, p.unet.forward_with_film(x, films[k]), coefs[k])
+            if p.config.stochastic:
+                x = x + coefs[k, 4].clamp(min=p.config.min_std) * step_noise[k]
         return p.action_norm.unnormalize(x.clamp(-1.0, 1.0))
 
 
@@ -110,17 +114,21 @@ class ChunkPredictor:
             if self.backend == "eager" or not self.is_diffusion:
                 with torch.autocast(**self._autocast.kwargs()):
                     if self.is_diffusion:
-                        out = self._eager(batch, self._noise(batch, generator))
+                        out = self._eager(batch, *self._noise(batch, generator))
                     else:
                         out = self.policy.predict_chunk(batch)
             else:
-                out = self._fast(batch, self._noise(batch, generator))
+                out = self._fast(batch, *self._noise(batch, generator))
         return out.float().cpu().numpy()
 
-    def _noise(self, batch: dict, generator: torch.Generator | None) -> torch.Tensor:
+    def _noise(self, batch: dict, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_T, and the per-step noise of a stochastic policy (zeros otherwise), drawn on the host."""
         cfg = self.policy.config
         shape = (batch["proprio"].shape[0], cfg.horizon, cfg.action_dim)
-        return torch.randn(shape, generator=generator).to(self.device)
+        x_t = torch.randn(shape, generator=generator)
+        steps = torch.randn((self.ddim_steps, *shape), generator=generator) if cfg.stochastic else None
+        steps = torch.zeros((self.ddim_steps, *shape)) if steps is None else steps
+        return x_t.to(self.device), steps.to(self.device)
 
     def _tensors(self, batch: dict) -> dict[str, torch.Tensor]:
         """Observation tensors with the instruction as token ids: the same graph serves every instruction."""
@@ -130,10 +138,10 @@ class ChunkPredictor:
             tensors.update(instruction_ids=ids, instruction_pad=pad)
         return tensors
 
-    def _eager(self, batch: dict, noise: torch.Tensor) -> torch.Tensor:
-        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), noise)
+    def _eager(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), noise, step_noise)
 
-    def _fast(self, batch: dict, noise: torch.Tensor) -> torch.Tensor:
+    def _fast(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
         tensors = self._tensors(batch)
         key = (noise.shape[0], tuple(sorted(tensors)))  # the graph bakes in the batch size
         graph = self._graphs.get(key)
@@ -142,10 +150,10 @@ class ChunkPredictor:
             with torch.no_grad(), warnings.catch_warnings():
                 # expected: the trace bakes in the batch size and the DDIM timesteps
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(sampler.eval(), (tensors, noise), check_trace=False, strict=False)
+                traced = torch.jit.trace(sampler.eval(), (tensors, noise, step_noise), check_trace=False, strict=False)
                 graph = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
             self._graphs[key] = graph
-        return graph(tensors, noise)
+        return graph(tensors, noise, step_noise)
 
     def warm_up(self, example_obs: dict, calls: int = 3) -> None:
         """Build (trace) and run the graph once off the control path, e.g. right after loading weights."""
@@ -157,5 +165,5 @@ class ChunkPredictor:
         fast = self(obs, torch.Generator().manual_seed(seed))
         batch = obs_to_torch(obs, self.device)
         with torch.inference_mode():
-            ref = self._eager(batch, self._noise(batch, torch.Generator().manual_seed(seed)))
+            ref = self._eager(batch, *self._noise(batch, torch.Generator().manual_seed(seed)))
         return float(np.abs(fast - ref.float().cpu().numpy()).max())

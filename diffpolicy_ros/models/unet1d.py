@@ -94,7 +94,9 @@ class ConditionalUnet1D(nn.Module):
     # -- conditioning -------------------------------------------------------------------------------
     def film_params(self, timesteps: torch.Tensor, global_cond: torch.Tensor) -> list[torch.Tensor]:
         """Per-block FiLM parameters for a batch of timesteps [B] and conditioning [B, D]."""
-        cond = F.mish(torch.cat([self.time_mlp(timesteps), global_cond], dim=-1))
+        with torch.autocast(global_cond.device.type, enabled=False):  # timestep embedding stays fp32 under AMP
+            temb = self.time_mlp(timesteps)
+        cond = F.mish(torch.cat([temb, global_cond.to(temb.dtype)], dim=-1))
         return [b.film(cond) for b in self.blocks]
 
     def film_for_steps(self, timesteps: list[int], global_cond: torch.Tensor) -> list[list[torch.Tensor]]:

@@ -23,6 +23,8 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "executor_rate_hz": "10.0",
         "iters": "2000",
         "checkpoint_every": "500",
+        "ppo_env_steps": "200000",  # PPO fine-tuning after BC (0: BC only)
+        "ppo_config": "",  # default config/train/push.yaml
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
     },
     "real_arm": {
@@ -96,6 +98,8 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                     "task": a["task"],
                     "iters": int(a["iters"]),
                     "checkpoint_every": int(a["checkpoint_every"]),
+                    "ppo_env_steps": int(a["ppo_env_steps"]),
+                    "ppo_config": a["ppo_config"],
                 },
                 required=False,  # a finished or failed trainer leaves the robot graph running
             ),

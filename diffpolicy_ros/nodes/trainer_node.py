@@ -1,9 +1,11 @@
-"""trainer_node: runs the trainer (the same code as ``diffpolicy train-bc``) beside the graph.
+"""trainer_node: the trainer beside the graph — BC pre-training, then PPO fine-tuning (same code as
+``diffpolicy train-bc`` and ``diffpolicy train-ppo``).
 
-Until PPO fine-tuning lands, the trainer is behaviour cloning: it records expert demonstrations in its own
-sim (unless given a dataset), trains, and announces every checkpoint on ``/trainer/checkpoint`` (latched)
-so the policy node hot-reloads it. Services ``~/pause``, ``~/resume``, ``~/save``; progress on
-``/diagnostics``. Training runs in its own thread; callbacks only flip events.
+It records expert demonstrations in its own sim (unless given a dataset), behaviour-clones the policy, then
+fine-tunes it with PPO in its own vectorized CPU sim workers (``ppo_env_steps`` > 0), and announces every
+checkpoint on ``/trainer/checkpoint`` (latched) so the policy node hot-reloads it. Services ``~/pause``,
+``~/resume``, ``~/save``; progress on ``/diagnostics``. Training runs in its own thread; callbacks only flip
+events.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from std_srvs.srv import Trigger
 
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, run_node
-from diffpolicy_ros.rl.bc import TrainHooks, load_bc_run, train_bc
+from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+from diffpolicy_ros.rl.hooks import TrainHooks
+from diffpolicy_ros.rl.ppo import load_ppo_run, train_ppo
 from diffpolicy_ros.sim.demos import run_demos
 
 
@@ -36,6 +40,9 @@ class TrainerNode(Node):
         self.declare_parameter("iters", 2000)
         self.declare_parameter("checkpoint_every", 500)
         self.declare_parameter("eval_episodes", 10)
+        self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
+        self.declare_parameter("ppo_env_steps", 200_000)  # 0: BC only
+        self.declare_parameter("ppo_envs", 4)  # sim workers for PPO rollouts (they share the CPU with the graph)
         self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
         g = {
             n: self.get_parameter(n).value
@@ -49,6 +56,9 @@ class TrainerNode(Node):
                 "iters",
                 "checkpoint_every",
                 "eval_episodes",
+                "ppo_config",
+                "ppo_env_steps",
+                "ppo_envs",
             )
         }
         self.run_dir = Path(g["run_dir"] or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -57,6 +67,12 @@ class TrainerNode(Node):
         self.run.train.iters = int(g["iters"])
         self.run.train.eval_every = int(g["checkpoint_every"])
         self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
+        self.ppo = load_ppo_run(g["ppo_config"] or config_file("train/push.yaml"))
+        self.ppo.task = g["task"]
+        self.ppo.train.device = g["device"]
+        self.ppo.train.total_env_steps = int(g["ppo_env_steps"])
+        self.ppo.train.n_envs = int(g["ppo_envs"])
+        self.ppo.train.eval_episodes = int(g["eval_episodes"])
         self.params = g
         threads = int(self.get_parameter("torch_threads").value)
         if threads > 0:
@@ -82,15 +98,22 @@ class TrainerNode(Node):
                 self.status = "recording demonstrations"
                 demos = self.run_dir / "demos.npz"
                 run_demos(self.params["task"], int(self.params["demo_episodes"]), seed=0, out=demos, progress=False)
-            self.status = "training"
+            self.status = "training (BC)"
             result = train_bc(self.run, demos, self.run_dir / "bc", progress=False, hooks=self.hooks)
-            self.status = f"done: success {result['final_eval'].get('success_rate', 'n/a')}"
+            success = result["final_eval"].get("success_rate", "n/a")
+            if self.ppo.train.total_env_steps > 0 and not self.hooks.stop.is_set():
+                self.status = "training (PPO)"
+                self.ppo.init = result["checkpoint"]
+                self.hooks.progress.clear()
+                result = train_ppo(self.ppo, self.run_dir / "ppo", progress=False, hooks=self.hooks)
+                success = result["final_eval"].get("success_rate", "n/a")
+            self.status = f"done: success {success}"
         except Exception as exc:  # report, keep the node (and the graph) up
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
 
     def announce(self, path: Path, metrics: dict) -> None:
-        if path.name == "last.pt" and rclpy.ok():  # not while the graph is shutting down
+        if path.name != "best.pt" and rclpy.ok():  # best.pt repeats one just announced; not while shutting down
             self.pub.publish(String(data=str(path.resolve())))
             self.get_logger().info(f"checkpoint {path} (eval success {metrics.get('success_rate', 'n/a')})")
 
@@ -122,9 +145,9 @@ class TrainerNode(Node):
             rate = (it - self.last_iter) / 10.0
             self.last_iter = it
             success = progress.get("success_rate", -1.0)
+            loss = f"  loss {progress['loss']:.4f}" if "loss" in progress else ""
             self.get_logger().info(
-                f"{self.status}: iter {it}/{self.run.train.iters}  loss {progress.get('loss', float('nan')):.4f}  "
-                f"eval success {'n/a' if success < 0 else f'{success:.2f}'}  {rate:.1f} it/s"
+                f"{self.status}: iter {it}{loss}  success {'n/a' if success < 0 else f'{success:.2f}'}  {rate:.2f} it/s"
             )
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +26,7 @@ from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
 from diffpolicy_ros.rl.checkpoint import save_checkpoint
+from diffpolicy_ros.rl.hooks import TrainHooks
 
 
 @dataclass
@@ -52,20 +52,6 @@ class BCConfig:
 class BCRun:
     policy: dict = field(default_factory=dict)  # a PolicySpec as a dict
     train: BCConfig = field(default_factory=BCConfig)
-
-
-class TrainHooks:
-    """How a host (the trainer node) steers a running training: pause, stop, save now, checkpoint news."""
-
-    def __init__(self):
-        self.running = threading.Event()
-        self.running.set()
-        self.stop = threading.Event()
-        self.save_now = threading.Event()
-        self.progress: dict = {}
-
-    def on_checkpoint(self, path: Path, metrics: dict) -> None:
-        """Called after each checkpoint is written (override or assign)."""
 
 
 def chunk_targets(dataset: EpisodeDataset, horizon: int) -> np.ndarray:
@@ -123,7 +109,9 @@ def train_bc(
     dataset = EpisodeDataset.load(data_path)
     task = dataset.meta.get("task", "push")
     fusion = spec.active().fusion
+    fusion.proprio_dim = dataset.obs["proprio"].shape[1]  # the task defines the shapes, not the policy YAML
     fusion.extra_state_dim = 4 if "goals" in dataset.obs else 0
+    spec.active().action_dim = dataset.action.shape[1]
     obs_mode = "image" if fusion.use_images else "state"
     if fusion.use_images and "image_top" not in dataset.obs:
         raise ValueError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")

@@ -10,8 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
-from diffpolicy_ros.sim import make_env
-from diffpolicy_ros.sim.expert import ScriptedPushExpert
+from diffpolicy_ros.sim import make_env, make_expert
 
 
 @dataclass
@@ -43,7 +42,7 @@ def run_demos(
     import time
 
     env = make_env(task, obs_mode=obs_mode, **(env_overrides or {}))
-    expert = ScriptedPushExpert(env)
+    expert = make_expert(task, env)
     recorder = EpisodeRecorder(tuple(k for k in env.observation_space.spaces if k != "instruction"))
     successes, returns, lengths, sides = [], [], [], []
     start = time.perf_counter()

@@ -41,6 +41,8 @@ CAMERAS = ("top", "side")
 INSTRUCTION_CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,'-"
 PUSH_INSTRUCTION = "push the block to the target"
 GOAL_COLOURS = ("red", "blue")
+ROUTE_PASS_TOLERANCE = 0.02  # m: the pusher is "abreast" of the block when their x differ by less
+ROUTE_SIDE_OFFSET = 0.03  # m: lateral offset that counts as passing on one side
 # A joint configuration near the start pose (elbow up, tool down); reset refines it with IK.
 _HOME_QPOS = np.array([2.679, -1.525, 2.706, -2.752, -1.571, 2.679])
 _TOOL_DOWN = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
@@ -179,6 +181,7 @@ class PushEnv(gym.Env):
         self._t = 0
         self._prev_d_pb = self._pusher_block_distance()
         self._prev_d_bg = self._block_goal_distance()
+        self._route = "none"
         return self._observation(), self._info(success=False)
 
     def step(self, action):
@@ -288,6 +291,7 @@ class PushEnv(gym.Env):
         reward = cfg.reward_reach * (self._prev_d_pb - d_pb) + cfg.reward_push * (self._prev_d_bg - d_bg)
         reward += cfg.success_bonus * success - cfg.off_table_penalty * off_table
         self._prev_d_pb, self._prev_d_bg = d_pb, d_bg
+        self._update_route()
         terminated = bool(success or off_table)
         truncated = bool(self._t >= cfg.max_episode_steps and not terminated)
         return self._observation(), float(reward), terminated, truncated, self._info(success, off_table)
@@ -306,6 +310,16 @@ class PushEnv(gym.Env):
             goals = np.stack([goal_at(a), goal_at(-a)])
             if np.linalg.norm(goals[0] - goals[1]) >= cfg.two_goal_min_separation:
                 return goals[rng.permutation(2)]
+
+    def _update_route(self) -> None:
+        """Which side of the block the pusher first passes (robot's left = +y): the episode's mode."""
+        if self._route != "none":
+            return
+        block, tip = self.data.xpos[self._block_body], self.data.site_xpos[self._tip]
+        if abs(tip[0] - block[0]) < ROUTE_PASS_TOLERANCE:
+            offset = tip[1] - block[1]
+            if abs(offset) > ROUTE_SIDE_OFFSET:
+                self._route = "left" if offset > 0 else "right"
 
     def _pusher_block_distance(self) -> float:
         return float(np.linalg.norm(d_xy(self.data.site_xpos[self._tip], self.data.xpos[self._block_body])))
@@ -337,6 +351,7 @@ class PushEnv(gym.Env):
             "off_table": bool(off_table),
             "block_goal_distance": self._block_goal_distance(),
             "elapsed_steps": self._t,
+            "route": self._route,
         }
 
 
@@ -351,7 +366,7 @@ def d_xy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class ChunkStepEnv(gym.Wrapper):
-    """Make one chunk [H, 3] the action, so a standard vector env can step chunks in parallel.
+    """Make one chunk [H, A] the action, so a standard vector env can step chunks in parallel.
 
     The reward is the sum over executed steps; ``info['step_rewards']`` (length H, zero-padded) and
     ``info['steps_executed']`` keep the exact per-step rewards and the chunk boundary.
@@ -362,7 +377,7 @@ class ChunkStepEnv(gym.Wrapper):
         self.horizon = horizon
         low = float(env.action_space.low[0])
         high = float(env.action_space.high[0])
-        self.action_space = spaces.Box(low, high, shape=(horizon, 3), dtype=np.float32)
+        self.action_space = spaces.Box(low, high, shape=(horizon, *env.action_space.shape), dtype=np.float32)
 
     def step(self, action):
         obs, rewards, terminated, truncated, info = self.env.unwrapped.step_chunk(action)

@@ -1,0 +1,121 @@
+"""``diffpolicy bench learn``: PPO success rate against env steps, diffusion (DDIM-10 / DDIM-20) vs Gaussian.
+
+Per task: record expert demos, behaviour-clone a diffusion and a Gaussian policy (state observations, or the
+given BC checkpoints), then fine-tune each variant with PPO from its BC start, evaluating the deterministic
+deployment sampler on held-out seeds along the way. Long (hours for the push tasks on 2 CPU cores); not in CI.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.eval.plots import plot_success_vs_steps
+from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
+from diffpolicy_ros.sim.demos import run_demos
+
+VARIANTS = {"diffusion_ddim10": ("diffusion", 10), "diffusion_ddim20": ("diffusion", 20), "gaussian": ("gaussian", 10)}
+
+
+@dataclass(frozen=True)
+class TaskRecipe:
+    train_config: str  # config/train/<name>.yaml
+    policy_configs: dict[str, str]  # kind -> config/policy/<name>.yaml for the BC start
+    demos: int
+    bc_iters: int
+
+
+RECIPES = {
+    "point_mass": TaskRecipe(
+        "train/point_mass.yaml",
+        {"diffusion": "policy/diffusion_point_mass.yaml", "gaussian": "policy/gaussian_point_mass.yaml"},
+        demos=10,
+        bc_iters=600,  # a deliberately weak start (~30-60 % success)
+    ),
+    "push": TaskRecipe(
+        "train/push.yaml",
+        {"diffusion": "policy/diffusion_state.yaml", "gaussian": "policy/gaussian_state.yaml"},
+        demos=200,
+        bc_iters=2000,
+    ),
+}
+RECIPES["push_two_goals"] = RECIPES["push"]
+
+
+def _bc_start(task: str, kind: str, recipe: TaskRecipe, out_dir: Path, progress: bool) -> str:
+    data = out_dir / task / "demos.npz"
+    if not data.exists():
+        run_demos(task, recipe.demos, seed=0, out=data, progress=progress)
+    run = load_bc_run(config_file(recipe.policy_configs[kind]))
+    run.train.iters = recipe.bc_iters
+    run.train.eval_every = recipe.bc_iters
+    return train_bc(run, data, out_dir / task / f"bc_{kind}", progress=progress)["checkpoint"]
+
+
+def _eval_curve(run_dir: Path) -> list[tuple[int, float]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["eval_success_rate"]]
+    return [(int(r["env_steps"]), float(r["eval_success_rate"])) for r in rows]
+
+
+def bench_learn(
+    tasks: list[str],
+    variants: list[str],
+    total_env_steps: int,
+    out_dir: str | Path,
+    init: dict[str, str | os.PathLike | None] | None = None,
+    progress: bool = True,
+    eval_points: int = 8,
+) -> dict:
+    out_dir = Path(out_dir)
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
+    start = time.perf_counter()
+    results: dict = {"machine": f"{platform.machine()} x{os.cpu_count()} CPU", "total_env_steps": total_env_steps}
+    for task in tasks:
+        recipe = RECIPES[task]
+        starts: dict[str, str] = {}
+        given = (init or {}).get(task)
+        if given:
+            starts["diffusion"] = str(given)
+        curves, task_result = {}, {}
+        for variant in variants:
+            kind, ddim_steps = VARIANTS[variant]
+            if kind not in starts:
+                starts[kind] = _bc_start(task, kind, recipe, out_dir, progress)
+            run = load_ppo_run(config_file(recipe.train_config))
+            run.task, run.init = task, starts[kind]
+            cfg = run.train
+            cfg.total_env_steps, cfg.ddim_steps = total_env_steps, ddim_steps
+            cfg.finetune_steps = min(cfg.finetune_steps, ddim_steps)
+            trainer = PPOTrainer(run, out_dir / task / variant, progress=progress)
+            cfg.eval_every = max(1, trainer.total_iterations() // eval_points)
+            initial = trainer.evaluate(cfg.eval_episodes)["success_rate"]
+            summary = trainer.train()
+            curve = [(0, initial), *_eval_curve(trainer.run_dir)]
+            curves[variant] = curve
+            reached = [steps for steps, rate in curve if rate >= 0.9]
+            task_result[variant] = {
+                "initial_success_rate": initial,
+                "final_success_rate": curve[-1][1],
+                "best_success_rate": max(rate for _, rate in curve),
+                "env_steps_to_90pct": reached[0] if reached else None,
+                "env_steps": summary["env_steps"],
+                "learner_overhead_ratio": summary["learner_overhead_ratio"],
+                "wall_s": summary["wall_s"],
+                "curve": curve,
+            }
+        png = plot_success_vs_steps(curves, out_dir / f"{task}_success_vs_steps.png", f"PPO on {task}")
+        task_result["png"] = str(png)
+        results[task] = task_result
+    results["wall_s"] = round(time.perf_counter() - start, 1)
+    (out_dir / "bench_learn.json").write_text(json.dumps(results, indent=1))
+    return results

@@ -1,0 +1,102 @@
+"""torch.distributed set-up for ``torchrun --nproc_per_node N``: one learner per device, its own env workers.
+
+Backend by device: hccl (Ascend NPU), nccl (CUDA), gloo (CPU). Without torchrun's environment variables
+everything here is a no-op and the trainer runs as a single process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from diffpolicy_ros.device import device_type, resolve_device
+
+BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    device: str = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(requested_device: str) -> DistInfo:
+    """Resolve this rank's device (``LOCAL_RANK`` picks the index) and join the process group if launched
+    by torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(requested_device, index=local_rank)
+    if world <= 1:
+        return DistInfo(0, 1, device)
+    if not dist.is_initialized():
+        backend = BACKENDS[device_type(device)]
+        if device_type(device) == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=backend)
+    return DistInfo(dist.get_rank(), dist.get_world_size(), device)
+
+
+def broadcast_object(info: DistInfo, obj: Any) -> Any:
+    """Rank 0's value of ``obj`` on every rank (e.g. the run directory's timestamped name)."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(info: DistInfo, obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (in rank order) on every rank."""
+    if not info.enabled:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def mean_across_ranks(info: DistInfo, values: dict[str, float]) -> dict[str, float]:
+    """Average scalar metrics over ranks (one all-reduce for the whole dict)."""
+    if not info.enabled or not values:
+        return values
+    keys = sorted(values)
+    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float32)  # NPUs: no float64
+    if device_type(info.device) != "cpu":
+        tensor = tensor.to(info.device)
+    dist.all_reduce(tensor)
+    return {k: float(v) / info.world_size for k, v in zip(keys, tensor.tolist())}
+
+
+def broadcast_buffers(info: DistInfo, module: torch.nn.Module) -> None:
+    """Copy rank 0's buffers (e.g. freshly fitted normalizer statistics) to every rank."""
+    if info.enabled:
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
+
+
+def in_sync(info: DistInfo, module: torch.nn.Module) -> bool:
+    """Whether every rank holds the same parameters (a checksum per rank; DDP should guarantee it)."""
+    checksum = float(sum(p.detach().double().sum().cpu() for p in module.parameters()))
+    return len(set(gather_objects(info, checksum))) == 1
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,20 @@
+"""How a host (the trainer node, a test) steers a running training loop from another thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+
+class TrainHooks:
+    """How a host (the trainer node) steers a running training: pause, stop, save now, checkpoint news."""
+
+    def __init__(self):
+        self.running = threading.Event()
+        self.running.set()
+        self.stop = threading.Event()
+        self.save_now = threading.Event()
+        self.progress: dict = {}
+
+    def on_checkpoint(self, path: Path, metrics: dict) -> None:
+        """Called after each checkpoint is written (override or assign)."""

@@ -1,0 +1,716 @@
+"""PPO fine-tuning of a diffusion actor (DPPO, Ren et al. 2024) or of the Gaussian baseline.
+
+One iteration reads top to bottom (CleanRL's ``ppo_continuous_action.py`` is the model):
+
+1. rollout   — every env is reset with seeds derived from (seed, iteration, rank); for ``rollout_steps``
+               decisions the agent samples a chunk (diffusion: the whole DDIM chain, eta > 0, per-step std
+               >= min_std) and the vectorized CPU workers execute ``execute_horizon`` of its actions.
+               Observations pile up as numpy; chains stay on the learner's device.
+2. batch     — the rollout moves to the device once; values, old log-probs (last K' denoising steps) and
+               the bootstrap values of truncated episodes are computed in micro-batches; GAE with
+               per-decision discounts gamma**steps_executed (a chunk is one decision).
+3. update    — ``update_epochs`` passes over shuffled minibatches of ``micro_batch * grad_accum`` decisions,
+               gradients accumulated over ``grad_accum`` micro-batches (DDP syncs only the last), clipped
+               surrogate + clipped value loss, grad-norm clipping, separate actor/critic optimizers, actor
+               frozen for the first ``critic_warmup_iters`` iterations. A non-finite loss or gradient skips
+               the update and restores the state from before it.
+4. log / evaluate / checkpoint.
+
+Exact resume: env episodes never straddle iterations (reset at each iteration from derived seeds), so a
+checkpoint taken between iterations — weights, optimizers, scaler, normalizers and noise schedule (buffers),
+reward-centering state, counters, and every rank's RNG states — resumes bit-for-bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import math
+import re
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from diffpolicy_ros.config import from_dict, load_yaml, to_dict
+from diffpolicy_ros.device import autocast_settings, device_type
+from diffpolicy_ros.eval.rollout import evaluate_policy
+from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.models.obs import obs_to_torch
+from diffpolicy_ros.rl import distributed
+from diffpolicy_ros.rl.actor_critic import ActorCritic
+from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from diffpolicy_ros.rl.hooks import TrainHooks
+from diffpolicy_ros.rl.ppo_math import (
+    RewardCenterer,
+    clipped_policy_loss,
+    clipped_value_loss,
+    gae,
+    normalize_advantages,
+)
+from diffpolicy_ros.sim import make_env
+from diffpolicy_ros.sim.vector import make_vec_env
+
+CSV_FIELDS = (
+    "iteration", "env_steps", "success_rate", "episode_return", "episodes", "actor_loss", "policy_loss",
+    "value_loss", "approx_kl", "clip_fraction", "grad_norm", "skipped_updates", "eval_success_rate",
+    "rollout_s", "update_s", "env_steps_per_s", "wall_s",
+)  # fmt: skip
+
+
+@dataclass
+class PPOConfig:
+    # -- rollouts (one decision = one chunk; an iteration = n_envs * rollout_steps decisions per rank)
+    total_env_steps: int = 200_000
+    n_envs: int = 16
+    rollout_steps: int = 10
+    execute_horizon: int = 4
+    asynchronous_envs: bool = True  # worker processes (MuJoCo); the point mass is faster in-process
+    # -- exploration / likelihood of the diffusion actor (DPPO)
+    ddim_steps: int = 10
+    finetune_steps: int = 10  # K': the last K' denoising steps carry the likelihood
+    eta: float = 1.0  # DDIM eta while fine-tuning (deployment samples with the policy's own eta, 0)
+    min_std: float = 0.1  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
+    per_step_ratio: bool = True  # one PPO ratio per fine-tuned denoising step (DPPO); False: the joint chain
+    # -- PPO
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    update_epochs: int = 4
+    micro_batch: int = 256
+    grad_accum: int = 4
+    clip_coef: float = 0.2
+    value_clip: float = 1.0  # returns are O(1..10) here; 0.2 would throttle the critic
+    vf_coef: float = 0.5
+    norm_advantages: bool = True
+    max_grad_norm: float = 1.0
+    actor_lr: float = 1e-4
+    critic_lr: float = 1e-3
+    critic_warmup_iters: int = 2
+    target_kl: float | None = None  # stop an update's epochs early past this approx-KL
+    reward_scale: float = 1.0
+    reward_centering: bool = False  # Naik & Sutton 2024
+    reward_centering_step: float = 0.01
+    detach_critic_encoder: bool = True
+    critic_hidden: int = 256
+    # -- evaluation, checkpoints, device
+    eval_every: int = 0  # iterations between deterministic evaluations (0: only at the end)
+    eval_episodes: int = 50
+    checkpoint_every: int = 5
+    keep_last: int = 3
+    seed: int = 0
+    device: str = "auto"
+    amp: bool = True  # bf16/fp16 autocast on npu/cuda (off on the CPU)
+
+
+@dataclass
+class PPORun:
+    task: str = "point_mass"
+    env: dict = field(default_factory=dict)  # task overrides, e.g. {max_episode_steps: 40}
+    policy: dict = field(default_factory=dict)  # PolicySpec, used only when not starting from a checkpoint
+    init: str | None = None  # BC checkpoint to fine-tune (else: from scratch)
+    train: PPOConfig = field(default_factory=PPOConfig)
+
+
+def load_ppo_run(path: str | Path | None) -> PPORun:
+    return from_dict(PPORun, load_yaml(path) if path else {})
+
+
+@dataclass
+class Rollout:
+    obs: dict  # numpy [T, N, ...] per key, instruction: list of T tuples
+    records: torch.Tensor  # device [T, N, *record]
+    rewards: np.ndarray  # [T, N] discounted sum of the executed steps' rewards
+    discounts: np.ndarray  # [T, N] gamma ** steps executed
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: list[tuple[int, int, dict]]  # (t, env, obs) of truncated episodes, for bootstrapping
+    last_obs: dict
+    episode_returns: list[float]
+    episode_successes: list[bool]
+    env_steps: int
+
+
+def step_info(info: dict, key: str) -> np.ndarray:
+    """``key`` from the step that just ran, per env: envs that finished report it in ``final_info``
+    (their ``info`` is already the next episode's reset info)."""
+    final = info.get("_final_info")
+    if key in info:
+        out = np.array(info[key])
+    else:
+        out = np.zeros_like(info["final_info"][key])
+    if final is not None and final.any():
+        out[final] = info["final_info"][key][final]
+    return out
+
+
+def select(obs: dict, idx: torch.Tensor) -> dict:
+    """Rows ``idx`` (a device tensor) of a flat torch observation batch."""
+    rows = idx.tolist()
+    return {k: (v[idx] if k != "instruction" else [v[i] for i in rows]) for k, v in obs.items()}
+
+
+def micro_batches(n: int, size: int, device: str | torch.device) -> list[torch.Tensor]:
+    return list(torch.arange(n, device=device).split(size))
+
+
+class PPOTrainer:
+    """Build with a :class:`PPORun`; :meth:`train` runs to ``total_env_steps`` (or ``until_iteration``)."""
+
+    def __init__(
+        self,
+        run: PPORun,
+        run_dir: str | Path | None = None,
+        resume: str | Path | None = None,
+        progress: bool = True,
+        hooks: TrainHooks | None = None,
+    ):
+        self.run, cfg = run, run.train
+        self.progress, self.hooks = progress, hooks or TrainHooks()
+        self.dist = distributed.init_distributed(cfg.device)
+        self.device = self.dist.device
+        self.amp = autocast_settings(self.device, cfg.amp)
+        rank = self.dist.rank
+        torch.manual_seed(cfg.seed + rank)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(cfg.seed * 1000 + rank)
+        self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank + 500)
+        default_dir = Path("runs") / f"ppo-{datetime.now():%Y%m%d-%H%M%S}"
+        self.run_dir = Path(distributed.broadcast_object(self.dist, str(run_dir or default_dir)))
+        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+
+        # -- envs (CPU workers; they never touch the learner's device) ------------------------------
+        resume_ckpt = load_checkpoint(resume) if resume else None
+        self.policy, self.spec, self.fit_state_norm = self._build_policy(resume_ckpt)
+        if self.spec.kind == "diffusion":  # deploy (and evaluate) exactly the stochastic sampler being fine-tuned
+            d = self.spec.diffusion
+            d.ddim_steps, d.eta, d.min_std, d.stochastic = cfg.ddim_steps, cfg.eta, cfg.min_std, True
+        fusion = self.spec.active().fusion
+        self.obs_mode = "image" if fusion.use_images else "state"
+        self.horizon = self.spec.active().horizon
+        self.envs = make_vec_env(
+            run.task,
+            cfg.n_envs,
+            chunk_horizon=self.horizon,
+            asynchronous=cfg.asynchronous_envs,
+            obs_mode=self.obs_mode,
+            execute_horizon=cfg.execute_horizon,
+            **run.env,
+        )
+        self._check_policy_fits_task()
+
+        # -- agent, optimizers ------------------------------------------------------------------------
+        self.agent = ActorCritic(
+            self.policy,
+            ddim_steps=cfg.ddim_steps,
+            eta=cfg.eta,
+            min_std=cfg.min_std,
+            finetune_steps=cfg.finetune_steps,
+            critic_hidden=cfg.critic_hidden,
+            detach_critic_encoder=cfg.detach_critic_encoder,
+            per_step_ratio=cfg.per_step_ratio,
+        ).to(self.device)
+        self.model: torch.nn.Module = self.agent
+        if self.dist.enabled:
+            ids = [torch.device(self.device).index] if device_type(self.device) == "cuda" else None
+            # parameters are broadcast from rank 0 here; buffers (normalizers, schedule) never change during
+            # an update, so they are not re-broadcast at every forward
+            self.model = DistributedDataParallel(self.agent, device_ids=ids, broadcast_buffers=False)
+        self.actor_opt = torch.optim.Adam(self.agent.policy.parameters(), lr=cfg.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.agent.critic.parameters(), lr=cfg.critic_lr)
+        self.scaler = torch.amp.GradScaler(self.amp.device_type, enabled=self.amp.use_grad_scaler)
+        self.centerer = RewardCenterer(cfg.reward_centering_step)
+        self.iteration = 0
+        self.env_steps = 0
+        self.nonfinite_updates = 0
+        self.best_success = -1.0
+        self.last_eval: dict = {}
+        if resume_ckpt is not None:
+            self._load_train_state(resume_ckpt, str(resume))
+
+    # ------------------------------------------------------------------ set-up helpers
+    def _build_policy(self, resume_ckpt: dict | None):
+        """From the checkpoint being resumed, else the BC checkpoint ``init``, else the run's policy spec."""
+        run = self.run
+        source = resume_ckpt
+        if source is None and run.init:
+            source = load_checkpoint(run.init)
+        if source is not None:
+            spec = policy_spec(source["policy_spec"])
+            policy = build_policy(spec)
+            try:
+                policy.load_state_dict(source["model"], strict=True)
+            except RuntimeError as exc:
+                raise CheckpointError(f"weights do not match the stored policy config ({exc})") from exc
+            return policy, spec, False
+        spec = policy_spec(run.policy)
+        env = make_env(run.task, **run.env)  # for its spaces
+        active = spec.active()
+        active.fusion.proprio_dim = env.observation_space["proprio"].shape[0]
+        active.fusion.extra_state_dim = 4 if "goals" in env.observation_space.spaces else 0
+        active.action_dim = env.action_space.shape[0]
+        policy = build_policy(spec)
+        # from scratch: actions normalized by the env's bounds; state statistics fitted on the first rollout
+        bounds = [torch.as_tensor(b, dtype=torch.float32) for b in (env.action_space.low, env.action_space.high)]
+        policy.action_norm.fit(torch.stack(bounds))
+        env.close()
+        return policy, spec, True
+
+    def _check_policy_fits_task(self) -> None:
+        obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
+        active = self.spec.active()
+        state_dim = obs_space["proprio"].shape[0] + (4 if "goals" in obs_space.spaces else 0)
+        fusion = active.fusion
+        if (fusion.proprio_dim + fusion.extra_state_dim, active.action_dim) != (state_dim, act_space.shape[-1]):
+            raise ValueError(
+                f"the policy (state {fusion.proprio_dim + fusion.extra_state_dim}, actions {active.action_dim}) "
+                f"does not fit task {self.run.task!r} (state {state_dim}, actions {act_space.shape[-1]})"
+            )
+
+    def total_iterations(self) -> int:
+        cfg = self.run.train
+        per_iter = cfg.n_envs * self.dist.world_size * cfg.rollout_steps * cfg.execute_horizon
+        return max(1, math.ceil(cfg.total_env_steps / per_iter))
+
+    def autocast(self):
+        return torch.autocast(**self.amp.kwargs()) if self.amp.enabled else nullcontext()
+
+    # ------------------------------------------------------------------ 1. rollout
+    def collect_rollout(self) -> Rollout:
+        cfg, n, t_max = self.run.train, self.run.train.n_envs, self.run.train.rollout_steps
+        base_seed = cfg.seed * 10_000_000 + (self.iteration * self.dist.world_size + self.dist.rank) * n
+        obs, _ = self.envs.reset(seed=base_seed)
+        obs_buf = {k: np.empty((t_max, n, *v.shape[1:]), v.dtype) for k, v in obs.items() if k != "instruction"}
+        obs_buf["instruction"] = []
+        records = torch.empty((t_max, n, *self.agent.record_shape()), device=self.device)
+        rewards = np.zeros((t_max, n), np.float32)
+        discounts = np.zeros((t_max, n), np.float32)
+        terminated = np.zeros((t_max, n), bool)
+        truncated = np.zeros((t_max, n), bool)
+        final_obs: list[tuple[int, int, dict]] = []
+        running_return = np.zeros(n)
+        ep_returns: list[float] = []
+        ep_successes: list[bool] = []
+        env_steps = 0
+        powers = cfg.gamma ** np.arange(self.horizon)
+        self.agent.eval()
+        for t in range(t_max):
+            for key, buf in obs_buf.items():
+                if key == "instruction":
+                    buf.append(tuple(obs["instruction"]))
+                else:
+                    buf[t] = obs[key]
+            with self.autocast():
+                action, record = self.agent.act(obs_to_torch(obs, self.device), self.sample_gen)
+            records[t] = record
+            chunk = self.policy.action_norm.unnormalize(action.float()).cpu().numpy()
+            obs, _, term, trunc, info = self.envs.step(chunk)
+
+            step_rewards = step_info(info, "step_rewards").astype(np.float64)  # [N, H], zero past the end
+            executed = step_info(info, "steps_executed").astype(np.int64)
+            mask = np.arange(self.horizon)[None] < executed[:, None]
+            running_return += step_rewards.sum(1)
+            shaped = step_rewards * cfg.reward_scale
+            if cfg.reward_centering:
+                shaped[mask] = self.centerer(torch.from_numpy(shaped[mask])).numpy()
+            rewards[t] = (shaped * mask * powers).sum(1)
+            discounts[t] = cfg.gamma**executed
+            terminated[t], truncated[t] = term, trunc
+            env_steps += int(executed.sum())
+            done = term | trunc
+            if done.any():
+                success = step_info(info, "is_success")
+                for i in np.flatnonzero(done):
+                    ep_returns.append(float(running_return[i]))
+                    ep_successes.append(bool(success[i]))
+                    running_return[i] = 0.0
+                    if trunc[i]:
+                        final_obs.append((t, int(i), info["final_obs"][i]))
+        return Rollout(
+            obs_buf, records, rewards, discounts, terminated, truncated, final_obs, obs, ep_returns, ep_successes,
+            env_steps,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ 2. batch: values, old log-probs, GAE
+    @torch.no_grad()
+    def prepare_batch(self, ro: Rollout) -> dict:
+        cfg = self.run.train
+        t_max, n = ro.rewards.shape
+        flat = {k: v.reshape(t_max * n, *v.shape[2:]) for k, v in ro.obs.items() if k != "instruction"}
+        flat["instruction"] = [s for row in ro.obs["instruction"] for s in row]
+        # one host->device copy of the rollout, plus the N last and the truncation observations
+        extra = [ro.last_obs] + [_as_batch(o) for _, _, o in ro.final_obs]
+        everything = {
+            k: np.concatenate([flat[k]] + [np.asarray(e[k]) for e in extra]) for k in flat if k != "instruction"
+        }
+        everything["instruction"] = flat["instruction"] + [s for e in extra for s in e["instruction"]]
+        obs_all = obs_to_torch(everything, self.device)
+        if self.fit_state_norm and self.iteration == 0:  # from scratch: state statistics of the first rollout
+            self.policy.encoder.state_norm.fit(self.policy.encoder.state_vector(obs_all))
+            distributed.broadcast_buffers(self.dist, self.policy.encoder.state_norm)  # one normalizer for all ranks
+        self.agent.eval()
+        with self.autocast():
+            chunks = micro_batches(len(obs_all["proprio"]), cfg.micro_batch, self.device)
+            values_all = torch.cat([self.agent.value(select(obs_all, i)) for i in chunks]).float()
+        b = t_max * n
+        values = values_all[:b].view(t_max, n)
+        last_values = values_all[b : b + n]
+        final_values = torch.zeros(t_max, n, device=self.device)
+        for j, (t, i, _) in enumerate(ro.final_obs):
+            final_values[t, i] = values_all[b + n + j]
+        obs = select(obs_all, torch.arange(b, device=self.device))
+        records = ro.records.view(b, *ro.records.shape[2:])
+        with self.autocast():
+            old_logp = torch.cat(
+                [self.agent(select(obs, i), records[i])[0] for i in micro_batches(b, cfg.micro_batch, self.device)]
+            ).float()
+
+        def dev(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(self.device)
+
+        advantages, returns = gae(
+            dev(ro.rewards), values, last_values, dev(ro.terminated), dev(ro.truncated), dev(ro.discounts),
+            cfg.gae_lambda, final_values,
+        )  # fmt: skip
+        return {
+            "obs": obs,
+            "records": records,
+            "old_logp": old_logp,
+            "old_values": values.reshape(b),
+            "advantages": advantages.reshape(b),
+            "returns": returns.reshape(b),
+        }
+
+    # ------------------------------------------------------------------ 3. update
+    def losses(self, batch: dict, idx: torch.Tensor, advantages: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(policy loss, value loss, stats) for rows ``idx`` of the batch, with gradients."""
+        cfg = self.run.train
+        with self.autocast():
+            new_logp, new_values = self.model(select(batch["obs"], idx), batch["records"][idx])
+        adv = advantages[idx]
+        if new_logp.dim() == 2:  # per denoising step: every step of a decision shares its advantage
+            adv = adv[:, None].expand_as(new_logp)
+        policy_loss, stats = clipped_policy_loss(new_logp.float(), batch["old_logp"][idx], adv, cfg.clip_coef)
+        value_loss = clipped_value_loss(new_values, batch["old_values"][idx], batch["returns"][idx], cfg.value_clip)
+        return policy_loss, value_loss, stats
+
+    def update(self, batch: dict) -> dict:
+        cfg = self.run.train
+        b = batch["advantages"].shape[0]
+        advantages = normalize_advantages(batch["advantages"]) if cfg.norm_advantages else batch["advantages"]
+        actor_frozen = self.iteration < cfg.critic_warmup_iters  # critic warm-up: the actor does not step
+        last_good = copy.deepcopy(self._optim_state())  # restored if an update goes non-finite
+        minibatch = cfg.micro_batch * cfg.grad_accum
+        sums: dict[str, torch.Tensor] = {}
+        steps = 0
+        self.agent.train()
+        for _epoch in range(cfg.update_epochs):
+            perm = torch.randperm(b, generator=self.shuffle_gen).to(self.device)
+            for start in range(0, b, minibatch):
+                mb = perm[start : start + minibatch]
+                micro = mb.split(cfg.micro_batch)
+                self.actor_opt.zero_grad(set_to_none=True)
+                self.critic_opt.zero_grad(set_to_none=True)
+                loss_sum = torch.zeros((), device=self.device)
+                for j, idx in enumerate(micro):
+                    sync = nullcontext() if (j == len(micro) - 1 or not self.dist.enabled) else self.model.no_sync()
+                    with sync:
+                        policy_loss, value_loss, stats = self.losses(batch, idx, advantages)
+                        loss = (policy_loss + cfg.vf_coef * value_loss) * (len(idx) / len(mb))
+                        self.scaler.scale(loss).backward()
+                    loss_sum = loss_sum + loss.detach()
+                    for key, value in {"policy_loss": policy_loss, "value_loss": value_loss, **stats}.items():
+                        sums[key] = sums.get(key, 0.0) + value.detach() * (len(idx) / len(mb))
+                self.scaler.unscale_(self.actor_opt)
+                self.scaler.unscale_(self.critic_opt)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.max_grad_norm)
+                # one host sync per optimizer step: a NaN must not reach the weights or Adam's moments
+                if not self.scaler.is_enabled() and not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):
+                    self._restore_optim_state(last_good)
+                    self.nonfinite_updates += 1
+                    tqdm.write(
+                        f"[ppo] iteration {self.iteration}: non-finite loss/gradient; update skipped, state "
+                        f"restored (count {self.nonfinite_updates})",
+                        file=sys.stderr,
+                    )
+                    return {"skipped_updates": 1, "grad_norm": float("nan"), **_means(sums, max(steps, 1))}
+                if not actor_frozen:
+                    self.scaler.step(self.actor_opt)
+                self.scaler.step(self.critic_opt)
+                self.scaler.update()
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.detach()
+                steps += 1
+            if cfg.target_kl is not None and float(sums["approx_kl"]) / steps > cfg.target_kl:
+                break
+        return {"skipped_updates": 0, **_means(sums, steps)}
+
+    def _optim_state(self) -> dict:
+        return {
+            "agent": self.agent.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def _restore_optim_state(self, state: dict) -> None:
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=True)
+        self.agent.load_state_dict(state["agent"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        if state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+
+    @torch.no_grad()
+    def actor_loss(self, batch: dict) -> float:
+        """The seed's ``actor_loss``: the policy's behaviour-cloning (denoising) loss on one micro-batch of
+        its own rollout chunks — a monitor of how sharply it reproduces what it samples (no gradient)."""
+        idx = torch.arange(min(self.run.train.micro_batch, batch["records"].shape[0]), device=self.device)
+        record = batch["records"][idx]
+        chunk = (record[:, -1] if self.agent.is_diffusion else record).clamp(-1, 1)
+        with self.autocast():
+            loss = self.policy.bc_loss(select(batch["obs"], idx), self.policy.action_norm.unnormalize(chunk))
+        return float(loss)
+
+    # ------------------------------------------------------------------ 4. evaluation and checkpoints
+    def evaluate(self, episodes: int) -> dict:
+        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), held-out seeds 10000+."""
+        result = evaluate_policy(
+            self.policy,
+            self.run.task,
+            episodes,
+            seed=10_000,
+            obs_mode=self.obs_mode,
+            device=self.device,
+            ddim_steps=self.run.train.ddim_steps,
+            execute_horizon=self.run.train.execute_horizon,
+            progress=False,
+            env_kwargs=self.run.env,
+        )
+        result.pop("per_episode")
+        return result
+
+    def save(self, metrics: dict, best: bool = False) -> Path | None:
+        cfg = self.run.train
+        mine = {"torch": torch.get_rng_state(), "sample": self.sample_gen.get_state()}
+        rng = distributed.gather_objects(self.dist, {**mine, "shuffle": self.shuffle_gen.get_state()})
+        if not self.dist.is_main:
+            return None
+        payload = {
+            "policy_spec": spec_dict(self.spec),
+            "model": self.policy.state_dict(),
+            "meta": {
+                "source": "ppo",
+                "task": self.run.task,
+                "obs_mode": self.obs_mode,
+                "execute_horizon": cfg.execute_horizon,
+                "ppo_run": to_dict(self.run),
+                "metrics": metrics,
+            },
+            "train_state": {
+                "critic": self.agent.critic.state_dict(),
+                **{k: v for k, v in self._optim_state().items() if k != "agent"},
+                "iteration": self.iteration,
+                "env_steps": self.env_steps,
+                "nonfinite_updates": self.nonfinite_updates,
+                "best_success": self.best_success,
+                "reward_centering": self.centerer.state_dict(),
+                "rng": rng,
+            },
+        }
+        ckpt_dir = self.run_dir / "checkpoints"
+        path = save_checkpoint(ckpt_dir / f"iter_{self.iteration:06d}.pt", payload)
+        for old in sorted(ckpt_dir.glob("iter_*.pt"))[: -cfg.keep_last]:
+            old.unlink(missing_ok=True)
+        if best:
+            save_checkpoint(ckpt_dir / "best.pt", payload)
+        self.hooks.on_checkpoint(path, metrics)
+        return path
+
+    def _load_train_state(self, ckpt: dict, path: str) -> None:
+        state = ckpt.get("train_state")
+        if not state or "critic" not in state:
+            raise CheckpointError(f"{path}: not a PPO checkpoint (no critic/optimizer state to resume)")
+        self.agent.critic.load_state_dict(state["critic"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        if state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
+        self.nonfinite_updates, self.best_success = int(state["nonfinite_updates"]), float(state["best_success"])
+        self.centerer.load_state_dict(state["reward_centering"])
+        rng = state["rng"]
+        if len(rng) != self.dist.world_size:
+            tqdm.write(f"[ppo] {path}: saved by {len(rng)} ranks, resumed on {self.dist.world_size}: RNGs reseeded")
+            return
+        mine = rng[self.dist.rank]
+        torch.set_rng_state(mine["torch"])
+        self.sample_gen.set_state(mine["sample"])
+        self.shuffle_gen.set_state(mine["shuffle"])
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, until_iteration: int | None = None) -> dict:
+        cfg = self.run.train
+        total = self.total_iterations()
+        stop_at = min(total, until_iteration) if until_iteration is not None else total
+        writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.iteration) if self.dist.is_main else None
+        csv_path = self.run_dir / "metrics.csv"
+        if self.dist.is_main:
+            _truncate_csv(csv_path, self.iteration)
+        start = time.perf_counter()
+        rollout_time = update_time = 0.0
+        metrics: dict = {}
+        bar = tqdm(
+            total=total, initial=self.iteration, desc=f"ppo {self.spec.kind}", unit="it",
+            disable=not (self.progress and self.dist.is_main), file=sys.stderr,
+        )  # fmt: skip
+        while self.iteration < stop_at:
+            self.hooks.running.wait()
+            if self.hooks.stop.is_set():
+                break
+            t0 = time.perf_counter()
+            rollout = self.collect_rollout()
+            t1 = time.perf_counter()
+            batch = self.prepare_batch(rollout)
+            stats = self.update(batch)
+            actor_loss = self.actor_loss(batch)
+            t2 = time.perf_counter()
+            self.iteration += 1
+            rollout_time += t1 - t0
+            update_time += t2 - t1
+
+            local = {
+                "success_rate": float(np.mean(rollout.episode_successes)) if rollout.episode_successes else 0.0,
+                "episode_return": float(np.mean(rollout.episode_returns)) if rollout.episode_returns else 0.0,
+                "episodes": float(len(rollout.episode_returns)),
+                "env_steps": float(rollout.env_steps),
+                "actor_loss": actor_loss,
+                **{k: float(v) for k, v in stats.items()},
+            }
+            local = distributed.mean_across_ranks(self.dist, local)
+            self.env_steps += int(round(local.pop("env_steps") * self.dist.world_size))
+            metrics = {
+                "iteration": self.iteration,
+                "env_steps": self.env_steps,
+                **local,
+                "eval_success_rate": "",
+                "rollout_s": round(t1 - t0, 3),
+                "update_s": round(t2 - t1, 3),
+                "env_steps_per_s": round(rollout.env_steps * self.dist.world_size / (t2 - t0), 1),
+                "wall_s": round(time.perf_counter() - start, 1),
+            }
+            self.hooks.progress.update(iter=self.iteration, success_rate=metrics["success_rate"])
+            is_last = self.iteration == total
+            score = metrics["success_rate"]
+            if self.dist.is_main and ((cfg.eval_every and self.iteration % cfg.eval_every == 0) or is_last):
+                self.last_eval = self.evaluate(cfg.eval_episodes)
+                metrics["eval_success_rate"] = score = self.last_eval["success_rate"]
+            score = distributed.broadcast_object(self.dist, score)
+            if self.dist.is_main:
+                self._log(writer, csv_path, metrics, bar)
+            bar.update(1)
+            improved = score > self.best_success
+            self.best_success = max(self.best_success, score)
+            if self.iteration % cfg.checkpoint_every == 0 or is_last or improved or self.hooks.save_now.is_set():
+                self.hooks.save_now.clear()
+                self.save(metrics, best=improved)
+        bar.close()
+        ranks_in_sync = distributed.in_sync(self.dist, self.agent)
+        if writer is not None:
+            writer.close()
+        self.envs.close()
+        return {
+            "task": self.run.task,
+            "kind": self.spec.kind,
+            "iterations": self.iteration,
+            "env_steps": self.env_steps,
+            "final": metrics,
+            "final_eval": self.last_eval,
+            "best_success_rate": self.best_success,
+            "nonfinite_updates": self.nonfinite_updates,
+            "world_size": self.dist.world_size,
+            "ranks_in_sync": ranks_in_sync,
+            "learner_overhead_ratio": round((rollout_time + update_time) / max(rollout_time, 1e-9), 2),
+            "wall_s": round(time.perf_counter() - start, 1),
+            "run_dir": str(self.run_dir),
+        }
+
+    def _log(self, writer: SummaryWriter, csv_path: Path, m: dict, bar: tqdm) -> None:
+        for key, value in m.items():
+            if key not in ("iteration", "env_steps") and value != "":
+                writer.add_scalar(f"ppo/{key}", value, m["env_steps"])
+        new = not csv_path.exists()
+        with open(csv_path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow(m)
+        # the seed's log line, one per iteration
+        bar.write(
+            f"iter {m['iteration']:4d} | env_steps {m['env_steps']:8d} | actor_loss {m['actor_loss']:.4f} | "
+            f"value_loss {m['value_loss']:.4f} | policy_loss {m['policy_loss']:+.4f} | "
+            f"total_reward {m['episode_return']:.3f} | success_rate {m['success_rate']:.2f}"
+            + (f" (eval {m['eval_success_rate']:.2f})" if m["eval_success_rate"] != "" else "")
+            + f" | step_time {m['rollout_s'] + m['update_s']:.2f}s | env_steps/s {m['env_steps_per_s']:.0f}",
+            file=sys.stderr,
+        )
+
+
+def _means(sums: dict, steps: int) -> dict:
+    return {k: float(v) / steps for k, v in sums.items()}
+
+
+def _as_batch(obs: dict) -> dict:
+    """A single env observation as a batch of one."""
+    return {k: ([v] if k == "instruction" else np.asarray(v)[None]) for k, v in obs.items()}
+
+
+def _truncate_csv(path: Path, iteration: int) -> None:
+    """On resume, drop rows logged after the checkpoint (they will be produced again)."""
+    if not path.exists():
+        return
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["iteration"]) <= iteration]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest loadable ``iter_*.pt`` in RUN_DIR/checkpoints (a damaged newest one is skipped)."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    candidates = sorted(ckpt_dir.glob("iter_*.pt"), key=lambda p: int(re.findall(r"\d+", p.stem)[0]), reverse=True)
+    for path in candidates:
+        try:
+            load_checkpoint(path)
+            return path
+        except CheckpointError as exc:
+            tqdm.write(f"[ppo] skipping {path}: {exc}", file=sys.stderr)
+    return None
+
+
+def train_ppo(
+    run: PPORun,
+    run_dir: str | Path | None = None,
+    resume: str | None = None,
+    progress: bool = True,
+    hooks: TrainHooks | None = None,
+) -> dict:
+    """``resume``: a checkpoint path, or ``'auto'`` for the newest in ``run_dir`` (fresh start if none)."""
+    if resume == "auto":
+        if run_dir is None:
+            raise ValueError("--resume auto needs --run-dir (the run to continue)")
+        found = latest_checkpoint(run_dir)
+        resume = str(found) if found else None
+    trainer = PPOTrainer(run, run_dir, resume=resume, progress=progress, hooks=hooks)
+    try:
+        return trainer.train()
+    finally:
+        distributed.shutdown(trainer.dist)

@@ -1,0 +1,30 @@
+"""The seed's debugging advice as a test: on the 2-D point-mass two-route task, diffusion-PPO from a weak BC
+start clearly improves the deployed policy (the fine-tuned stochastic chain) within a CPU minute."""
+
+from __future__ import annotations
+
+from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
+from diffpolicy_ros.sim.demos import run_demos
+
+
+def test_diffusion_ppo_clearly_improves_a_weak_bc_start(tmp_path):
+    demos = tmp_path / "demos.npz"
+    run_demos("point_mass", episodes=10, seed=0, out=demos, progress=False)
+    bc = load_bc_run(config_file("policy/diffusion_point_mass.yaml"))
+    bc.train.iters, bc.train.eval_every, bc.train.final_eval_episodes = 400, 400, 10  # deliberately weak
+    init = train_bc(bc, demos, tmp_path / "bc", progress=False)["checkpoint"]
+
+    run = load_ppo_run(config_file("train/point_mass.yaml"))
+    run.init = init
+    run.train.total_env_steps = 24_000  # 10 iterations of 64 envs
+    run.train.eval_every, run.train.eval_episodes = 0, 200
+    trainer = PPOTrainer(run, tmp_path / "ppo", progress=False)
+    initial = trainer.evaluate(200)["success_rate"]  # the stochastic chain PPO fine-tunes (and deploys)
+    result = trainer.train()
+    final = result["final_eval"]["success_rate"]
+    assert result["nonfinite_updates"] == 0
+    assert final >= initial + 0.1, (initial, final)  # measured here: 0.13 -> 0.32
+    # the policy still uses both routes: PPO sharpened it, it did not collapse to one side
+    assert min(result["final_eval"]["left_fraction"], result["final_eval"]["right_fraction"]) >= 0.15
