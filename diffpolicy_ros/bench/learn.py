@@ -1,8 +1,9 @@
 """``diffpolicy bench learn``: PPO success rate against env steps, diffusion (DDIM-10 / DDIM-20) vs Gaussian.
 
 Per task: record expert demos, behaviour-clone a diffusion and a Gaussian policy (state observations, or the
-given BC checkpoints), then fine-tune each variant with PPO from its BC start, evaluating the deterministic
-deployment sampler on held-out seeds along the way. Long (hours for the push tasks on 2 CPU cores); not in CI.
+given BC checkpoints), then fine-tune each variant with PPO from its BC start, evaluating the deployed policy
+(diffusion: the fine-tuned stochastic chain; Gaussian: its mean) on held-out seeds along the way. Long (hours
+for the push tasks on 2 CPU cores); not in CI.
 """
 
 from __future__ import annotations

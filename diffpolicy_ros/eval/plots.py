@@ -63,14 +63,14 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 
 def plot_success_vs_steps(curves: dict[str, list[tuple[int, float]]], out: str | Path, title: str) -> Path:
-    """One line per label: (env steps, success rate) points — the ``bench learn`` comparison."""
+    """One line per label: (env steps, evaluated success rate) points — the ``bench learn`` comparison."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, points in curves.items():
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, marker="o", markersize=3, label=label)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("success rate (deterministic eval)")
+    ax.set_ylabel("success rate (deployed policy, held-out seeds)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -66,12 +66,17 @@ CSV_FIELDS = (
 )  # fmt: skip
 
 
+# Rollout episodes are seeded from 1e6 on: disjoint from recorded demonstrations (seeds 0+) and from the
+# held-out evaluation seeds (10000+), so PPO neither re-plays the BC data nor trains on the test episodes.
+ROLLOUT_SEED_OFFSET = 1_000_000
+
+
 @dataclass
 class PPOConfig:
     # -- rollouts (one decision = one chunk; an iteration = n_envs * rollout_steps decisions per rank)
     total_env_steps: int = 200_000
     n_envs: int = 16
-    rollout_steps: int = 10
+    rollout_steps: int = 10  # x execute_horizon should cover the episode limit: every env's first episode ends
     execute_horizon: int = 4
     asynchronous_envs: bool = True  # worker processes (MuJoCo); the point mass is faster in-process
     # -- exploration / likelihood of the diffusion actor (DPPO)
@@ -101,7 +106,7 @@ class PPOConfig:
     detach_critic_encoder: bool = True
     critic_hidden: int = 256
     # -- evaluation, checkpoints, device
-    eval_every: int = 0  # iterations between deterministic evaluations (0: only at the end)
+    eval_every: int = 0  # iterations between evaluations on held-out seeds (0: only at the end)
     eval_episodes: int = 50
     checkpoint_every: int = 5
     keep_last: int = 3
@@ -284,7 +289,8 @@ class PPOTrainer:
     # ------------------------------------------------------------------ 1. rollout
     def collect_rollout(self) -> Rollout:
         cfg, n, t_max = self.run.train, self.run.train.n_envs, self.run.train.rollout_steps
-        base_seed = cfg.seed * 10_000_000 + (self.iteration * self.dist.world_size + self.dist.rank) * n
+        episode = (self.iteration * self.dist.world_size + self.dist.rank) * n
+        base_seed = ROLLOUT_SEED_OFFSET + cfg.seed * 100_000_000 + episode
         obs, _ = self.envs.reset(seed=base_seed)
         obs_buf = {k: np.empty((t_max, n, *v.shape[1:]), v.dtype) for k, v in obs.items() if k != "instruction"}
         obs_buf["instruction"] = []
@@ -295,7 +301,8 @@ class PPOTrainer:
         truncated = np.zeros((t_max, n), bool)
         final_obs: list[tuple[int, int, dict]] = []
         running_return = np.zeros(n)
-        ep_returns: list[float] = []
+        first_episode = np.ones(n, bool)  # statistics from each env's first episode only: an episode started
+        ep_returns: list[float] = []  # mid-rollout finishes inside it only if it fails early (a biased sample)
         ep_successes: list[bool] = []
         env_steps = 0
         powers = cfg.gamma ** np.arange(self.horizon)
@@ -327,8 +334,10 @@ class PPOTrainer:
             if done.any():
                 success = step_info(info, "is_success")
                 for i in np.flatnonzero(done):
-                    ep_returns.append(float(running_return[i]))
-                    ep_successes.append(bool(success[i]))
+                    if first_episode[i]:
+                        ep_returns.append(float(running_return[i]))
+                        ep_successes.append(bool(success[i]))
+                        first_episode[i] = False
                     running_return[i] = 0.0
                     if trunc[i]:
                         final_obs.append((t, int(i), info["final_obs"][i]))

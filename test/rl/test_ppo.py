@@ -194,3 +194,19 @@ def test_train_ppo_command_and_plot(tmp_path, run_cli):
     )
     png = Path(out.stdout.strip())
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.quick
+def test_reward_centering_tracks_the_average_reward_and_resumes(tmp_path):
+    trainer = PPOTrainer(tiny_run(reward_centering=True, reward_centering_step=0.1), tmp_path, progress=False)
+    trainer.train(until_iteration=1)
+    average = trainer.centerer.average
+    assert average != 0.0
+    resumed = PPOTrainer(
+        tiny_run(reward_centering=True, reward_centering_step=0.1),
+        tmp_path,
+        resume=latest_checkpoint(tmp_path),
+        progress=False,
+    )
+    assert resumed.centerer.average == average  # part of the exact-resume state
+    resumed.envs.close()
