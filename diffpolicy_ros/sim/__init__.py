@@ -5,8 +5,9 @@ Importing registers the Gymnasium ids.
 
 import gymnasium as gym
 
+from diffpolicy_ros.sim.chunk import ChunkStepEnv
 from diffpolicy_ros.sim.point_mass import PointMassEnv, PointMassExpert
-from diffpolicy_ros.sim.push_env import ChunkStepEnv, PushConfig, PushEnv
+from diffpolicy_ros.sim.push_env import PushConfig, PushEnv
 
 TASKS = {
     "push": "diffpolicy_ros/Push-v0",

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.push_env import INSTRUCTION_CHARSET
 
 POINT_MASS_INSTRUCTION = "reach the goal"
@@ -93,14 +94,7 @@ class PointMassEnv(gym.Env):
         if actions.ndim != 2 or actions.shape[0] == 0:
             raise ValueError(f"action chunk must have shape [H, 2] with H >= 1, got {actions.shape}")
         actions = self._validate(actions, (actions.shape[0], 2))
-        rewards = []
-        for a in actions[: self.cfg.execute_horizon]:
-            obs, r, terminated, truncated, info = self._step_validated(a)
-            rewards.append(r)
-            if terminated or truncated:
-                break
-        info["steps_executed"] = len(rewards)
-        return obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, info
+        return execute_chunk(self._step_validated, actions, self.cfg.execute_horizon)
 
     def _validate(self, actions, shape: tuple[int, ...]) -> np.ndarray:
         arr = np.asarray(actions)

@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from diffpolicy_ros.assets import sim_asset
+from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.ik import DiffIK, IKConfig
 
 ARM_JOINTS = (
@@ -200,14 +201,7 @@ class PushEnv(gym.Env):
         actions = self._validate_actions(actions, (actions.shape[0], 3))
         if actions.shape[0] == 0:
             raise ValueError("action chunk is empty")
-        rewards = []
-        for a in actions[: self.cfg.execute_horizon]:
-            obs, r, terminated, truncated, info = self._step_validated(a)
-            rewards.append(r)
-            if terminated or truncated:
-                break
-        info["steps_executed"] = len(rewards)
-        return obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, info
+        return execute_chunk(self._step_validated, actions, self.cfg.execute_horizon)
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -363,25 +357,3 @@ def _close_renderer(ref: weakref.ref) -> None:
 
 def d_xy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[:2] - b[:2]
-
-
-class ChunkStepEnv(gym.Wrapper):
-    """Make one chunk [H, A] the action, so a standard vector env can step chunks in parallel.
-
-    The reward is the sum over executed steps; ``info['step_rewards']`` (length H, zero-padded) and
-    ``info['steps_executed']`` keep the exact per-step rewards and the chunk boundary.
-    """
-
-    def __init__(self, env: gym.Env, horizon: int = 16):
-        super().__init__(env)
-        self.horizon = horizon
-        low = float(env.action_space.low[0])
-        high = float(env.action_space.high[0])
-        self.action_space = spaces.Box(low, high, shape=(horizon, *env.action_space.shape), dtype=np.float32)
-
-    def step(self, action):
-        obs, rewards, terminated, truncated, info = self.env.unwrapped.step_chunk(action)
-        padded = np.zeros(self.horizon, dtype=np.float32)
-        padded[: len(rewards)] = rewards
-        info["step_rewards"] = padded
-        return obs, float(rewards.sum()), terminated, truncated, info
