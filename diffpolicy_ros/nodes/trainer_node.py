@@ -105,6 +105,7 @@ class TrainerNode(Node):
                 self.status = "training (PPO)"
                 self.ppo.init = result["checkpoint"]
                 self.hooks.progress.clear()
+                self.last_iter = 0  # PPO iterations count from 0 again
                 result = train_ppo(self.ppo, self.run_dir / "ppo", progress=False, hooks=self.hooks)
                 success = result["final_eval"].get("success_rate", "n/a")
             self.status = f"done: success {success}"
