@@ -49,15 +49,20 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     return ckpt
 
 
-def load_policy(path: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the policy from the stored config and load its weights (strict); eval mode on ``device``."""
-    ckpt = load_checkpoint(path)
+def policy_from_checkpoint(ckpt: dict[str, Any], name: str = "checkpoint") -> nn.Module:
+    """Rebuild the policy from a loaded checkpoint's stored config and load its weights (strict, finite)."""
     try:
         policy = build_policy(policy_spec(ckpt["policy_spec"]))
         policy.load_state_dict(ckpt["model"], strict=True)
     except (RuntimeError, ValueError, TypeError) as exc:
-        raise CheckpointError(f"{path}: weights do not match the stored policy config ({exc})") from exc
-    for name, tensor in policy.state_dict().items():
+        raise CheckpointError(f"{name}: weights do not match the stored policy config ({exc})") from exc
+    for key, tensor in policy.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise CheckpointError(f"{path}: non-finite values in {name}")
-    return policy.to(device).eval(), ckpt
+            raise CheckpointError(f"{name}: non-finite values in {key}")
+    return policy
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Load a checkpoint and its policy; eval mode on ``device``."""
+    ckpt = load_checkpoint(path)
+    return policy_from_checkpoint(ckpt, str(path)).to(device).eval(), ckpt

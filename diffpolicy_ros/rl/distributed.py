@@ -88,7 +88,7 @@ def broadcast_buffers(info: DistInfo, module: torch.nn.Module) -> None:
 
 def in_sync(info: DistInfo, module: torch.nn.Module) -> bool:
     """Whether every rank holds the same parameters (a checksum per rank; DDP should guarantee it)."""
-    checksum = float(sum(p.detach().double().sum().cpu() for p in module.parameters()))
+    checksum = float(sum(p.detach().cpu().double().sum() for p in module.parameters()))  # float64 on the host
     return len(set(gather_objects(info, checksum))) == 1
 
 

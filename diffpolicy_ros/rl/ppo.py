@@ -47,7 +47,7 @@ from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.actor_critic import ActorCritic
-from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, policy_from_checkpoint, save_checkpoint
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
@@ -243,16 +243,13 @@ class PPOTrainer:
     def _build_policy(self, resume_ckpt: dict | None):
         """From the checkpoint being resumed, else the BC checkpoint ``init``, else the run's policy spec."""
         run = self.run
-        source = resume_ckpt
+        source, name = resume_ckpt, "resumed checkpoint"
         if source is None and run.init:
-            source = load_checkpoint(run.init)
+            source, name = load_checkpoint(run.init), run.init
         if source is not None:
+            policy = policy_from_checkpoint(source, name)
             spec = policy_spec(source["policy_spec"])
-            policy = build_policy(spec)
-            try:
-                policy.load_state_dict(source["model"], strict=True)
-            except RuntimeError as exc:
-                raise CheckpointError(f"weights do not match the stored policy config ({exc})") from exc
+            setattr(spec, spec.kind, policy.config)  # one config object: the deploy settings below reach the policy
             return policy, spec, False
         spec = policy_spec(run.policy)
         env = make_env(run.task, **run.env)  # for its spaces

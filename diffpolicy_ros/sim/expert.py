@@ -36,12 +36,12 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / n if n > 1e-9 else np.zeros_like(v)
 
 
-class ScriptedPushExpert:
-    """Closed-loop expert. Call :meth:`reset` after each env reset, then :meth:`act` every step."""
+class TwoRouteExpert:
+    """A closed-loop expert that goes around an obstacle on a seeded side, in phases. Call :meth:`reset`
+    after each env reset, then :meth:`act` every step."""
 
-    def __init__(self, env: PushEnv, config: ExpertConfig | None = None):
+    def __init__(self, env):
         self.env = env.unwrapped
-        self.cfg = config or ExpertConfig()
         self.side = "left"
         self._phase = 0
 
@@ -50,6 +50,15 @@ class ScriptedPushExpert:
         self.side = "left" if rng.random() < 0.5 else "right"
         self._phase = 0
         return self.side
+
+    def act(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ScriptedPushExpert(TwoRouteExpert):
+    def __init__(self, env: PushEnv, config: ExpertConfig | None = None):
+        super().__init__(env)
+        self.cfg = config or ExpertConfig()
 
     def act(self) -> np.ndarray:
         cfg, env = self.cfg, self.env

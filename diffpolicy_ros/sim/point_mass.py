@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium import spaces
 
 from diffpolicy_ros.sim.chunk import execute_chunk
+from diffpolicy_ros.sim.expert import TwoRouteExpert
 from diffpolicy_ros.sim.push_env import INSTRUCTION_CHARSET
 
 POINT_MASS_INSTRUCTION = "reach the goal"
@@ -127,19 +128,12 @@ class PointMassEnv(gym.Env):
         return {"is_success": success, "collided": collided, "elapsed_steps": self._t, "route": self._route}
 
 
-class PointMassExpert:
+class PointMassExpert(TwoRouteExpert):
     """Goes to a waypoint beside the obstacle (a seeded side), then to the goal: both modes in the data."""
 
     def __init__(self, env: PointMassEnv, clearance: float = 0.15, tolerance: float = 0.08):
-        self.env = env.unwrapped
+        super().__init__(env)
         self.clearance, self.tolerance = clearance, tolerance
-        self.side = "left"
-        self._phase = 0
-
-    def reset(self, rng: np.random.Generator) -> str:
-        self.side = "left" if rng.random() < 0.5 else "right"
-        self._phase = 0
-        return self.side
 
     def act(self) -> np.ndarray:
         env = self.env
