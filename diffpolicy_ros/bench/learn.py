@@ -19,6 +19,7 @@ from pathlib import Path
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+from diffpolicy_ros.rl.checkpoint import load_checkpoint
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.sim.demos import run_demos
 
@@ -51,6 +52,11 @@ RECIPES["push_two_goals"] = RECIPES["push"]
 
 
 def _bc_start(task: str, kind: str, recipe: TaskRecipe, out_dir: Path, progress: bool) -> str:
+    """The BC checkpoint a variant starts from; one already finished in ``out_dir`` is reused, so re-running
+    the benchmark with more variants does not retrain it."""
+    done = out_dir / task / f"bc_{kind}" / "checkpoints" / "last.pt"
+    if done.exists() and load_checkpoint(done)["train_state"]["iter"] == recipe.bc_iters:
+        return str(done)
     data = out_dir / task / "demos.npz"
     if not data.exists():
         run_demos(task, recipe.demos, seed=0, out=data, progress=progress)
@@ -117,6 +123,7 @@ def bench_learn(
         png = plot_success_vs_steps(curves, out_dir / f"{task}_success_vs_steps.png", f"PPO on {task}")
         task_result["png"] = str(png)
         results[task] = task_result
-    results["wall_s"] = round(time.perf_counter() - start, 1)
-    (out_dir / "bench_learn.json").write_text(json.dumps(results, indent=1))
+        results["wall_s"] = round(time.perf_counter() - start, 1)
+        # after every task: an interrupted multi-hour run keeps what it finished
+        (out_dir / "bench_learn.json").write_text(json.dumps(results, indent=1))
     return results

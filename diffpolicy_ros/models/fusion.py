@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from diffpolicy_ros.models.encoders import CachedTextEncoder, ImageEncoder, ImageEncoderConfig, mlp
+from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, mlp
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
 
@@ -26,6 +26,9 @@ class FusionConfig:
     cameras: tuple[str, ...] = ("top", "side")
     use_images: bool = True
     use_text: bool = True
+    # "hashed": learned word embeddings (no download); "minilm": frozen pretrained all-MiniLM-L6-v2 sentence
+    # embedding + a learned projection (instructions a demo set never contained still land near their meaning)
+    text_encoder: str = "hashed"
     proprio_dim: int = 16
     extra_state_dim: int = 0  # e.g. 4 for the two-goal task's goals[2, 2]
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
@@ -66,7 +69,9 @@ class MultimodalEncoder(nn.Module):
                 for _ in cfg.cameras
             )
         if cfg.use_text:
-            self.text = CachedTextEncoder(cfg.dim)
+            if cfg.text_encoder not in TEXT_ENCODERS:
+                raise ValueError(f"text_encoder must be one of {sorted(TEXT_ENCODERS)}, got {cfg.text_encoder!r}")
+            self.text = TEXT_ENCODERS[cfg.text_encoder](cfg.dim)
         layer = nn.TransformerEncoderLayer(
             cfg.dim, cfg.heads, dim_feedforward=2 * cfg.dim, dropout=0.0, batch_first=True, norm_first=True
         )
@@ -91,10 +96,9 @@ class MultimodalEncoder(nn.Module):
                 tokens.append(pool(fmap) + self.type_embed[1])
                 masks.append(torch.zeros(batch, cfg.image_tokens_per_camera, dtype=torch.bool, device=device))
         if cfg.use_text:
-            if "instruction_ids" in obs:  # pre-tokenized (the traced inference graph takes tensors only)
-                text, pad = self.text.embed(obs["instruction_ids"]), obs["instruction_pad"]
-            else:
-                text, pad = self.text(obs["instruction"], device)
+            # pre-encoded instructions (the traced inference graph takes tensors only), or the strings
+            text_inputs = obs if "instruction_pad" in obs else self.text.inputs(obs["instruction"], device)
+            text, pad = self.text.encode(text_inputs)
             tokens.append(text + self.type_embed[2])
             masks.append(pad)
         tokens.append(self.proprio(self.state_norm.normalize(state)).unsqueeze(1) + self.type_embed[3])

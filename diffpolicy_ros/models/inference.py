@@ -10,8 +10,9 @@ Backends behind the same call:
   arithmetic. The noise is an input, so the fast path is numerically the eager model on the same noise.
 - on CUDA / NPU: eager under the device's autocast (bf16), with no host sync inside the loop.
 
-Text is tokenized on the CPU once per distinct instruction (the encoder caches it) and enters the graph as
-token ids, so one traced graph per batch size serves every instruction.
+Text is encoded on the CPU once per distinct instruction (the text encoder caches it) and enters the graph as
+tensors (token ids, or the pretrained sentence embedding), so one traced graph per batch size serves every
+instruction.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _with_matmul_convs(module: nn.Module, min_fan_in: int) -> nn.Module:
 
 
 class _TracedSampler(nn.Module):
-    """Pure-tensor signature for tracing: (observation tensors incl. token ids, noise) -> chunk in m/s."""
+    """Pure-tensor signature for tracing: (observation tensors incl. the encoded instruction, noise) -> chunk in m/s."""
 
     def __init__(self, policy: DiffusionPolicy, ddim_steps: int):
         super().__init__()
@@ -131,11 +132,10 @@ class ChunkPredictor:
         return x_t.to(self.device), steps.to(self.device)
 
     def _tensors(self, batch: dict) -> dict[str, torch.Tensor]:
-        """Observation tensors with the instruction as token ids: the same graph serves every instruction."""
+        """Observation tensors with the instruction encoded as tensors: the same graph serves every instruction."""
         tensors = {k: v for k, v in batch.items() if k != "instruction"}
         if self.policy.config.fusion.use_text:
-            ids, pad = self.policy.encoder.text.token_tensors(batch["instruction"], self.device)
-            tensors.update(instruction_ids=ids, instruction_pad=pad)
+            tensors.update(self.policy.encoder.text.inputs(batch["instruction"], self.device))
         return tensors
 
     def _eager(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:

@@ -61,8 +61,8 @@ from diffpolicy_ros.sim.vector import make_vec_env
 
 CSV_FIELDS = (
     "iteration", "env_steps", "success_rate", "episode_return", "episodes", "actor_loss", "policy_loss",
-    "value_loss", "approx_kl", "clip_fraction", "grad_norm", "skipped_updates", "eval_success_rate",
-    "rollout_s", "update_s", "env_steps_per_s", "wall_s",
+    "value_loss", "approx_kl", "clip_fraction", "actor_grad_norm", "critic_grad_norm", "skipped_updates",
+    "eval_success_rate", "rollout_s", "update_s", "env_steps_per_s", "wall_s",
 )  # fmt: skip
 
 
@@ -95,7 +95,7 @@ class PPOConfig:
     value_clip: float = 1.0  # returns are O(1..10) here; 0.2 would throttle the critic
     vf_coef: float = 0.5
     norm_advantages: bool = True
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  # actor and critic each clipped to this norm
     actor_lr: float = 1e-4
     critic_lr: float = 1e-3
     critic_warmup_iters: int = 2
@@ -435,9 +435,13 @@ class PPOTrainer:
                         sums[key] = sums.get(key, 0.0) + value.detach() * (len(idx) / len(mb))
                 self.scaler.unscale_(self.actor_opt)
                 self.scaler.unscale_(self.critic_opt)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.max_grad_norm)
+                # clipped separately: one joint norm lets the critic's (large, return-scaled) gradient
+                # shrink the actor's step by a factor that changes from minibatch to minibatch
+                actor_norm = torch.nn.utils.clip_grad_norm_(self.agent.policy.parameters(), cfg.max_grad_norm)
+                critic_norm = torch.nn.utils.clip_grad_norm_(self.agent.critic.parameters(), cfg.max_grad_norm)
                 # one host sync per optimizer step: a NaN must not reach the weights or Adam's moments
-                if not self.scaler.is_enabled() and not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):
+                finite = torch.isfinite(loss_sum) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
+                if not self.scaler.is_enabled() and not bool(finite):
                     self._restore_optim_state(last_good)
                     self.nonfinite_updates += 1
                     tqdm.write(
@@ -445,12 +449,13 @@ class PPOTrainer:
                         f"restored (count {self.nonfinite_updates})",
                         file=sys.stderr,
                     )
-                    return {"skipped_updates": 1, "grad_norm": float("nan"), **_means(sums, max(steps, 1))}
+                    return {"skipped_updates": 1, **_means(sums, max(steps, 1))}
                 if not actor_frozen:
                     self.scaler.step(self.actor_opt)
                 self.scaler.step(self.critic_opt)
                 self.scaler.update()
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.detach()
+                sums["actor_grad_norm"] = sums.get("actor_grad_norm", 0.0) + actor_norm.detach()
+                sums["critic_grad_norm"] = sums.get("critic_grad_norm", 0.0) + critic_norm.detach()
                 steps += 1
             if cfg.target_kl is not None and float(sums["approx_kl"]) / steps > cfg.target_kl:
                 break
