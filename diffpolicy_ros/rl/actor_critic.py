@@ -18,6 +18,10 @@ the sum of the steps'); the difference is the trust region. A joint ratio over K
 leaves the clip range after a tiny update, so most samples stop contributing (measured: ~55 % clipped, and
 no improvement from a weak start on the point mass); per-step ratios keep the update informative.
 
+``per_element_log_prob`` averages each log-density over the chunk's H x A elements instead of summing it
+(as DPPO's reference code does): the ratio becomes the per-element geometric mean, a looser trust region on
+which DPPO's small clip coefficients (~0.01) act. Off by default: the default ratio is the exact density's.
+
 The critic reads the shared representation detached by default (``detach_critic_encoder``): value-loss
 gradients would otherwise reshape a BC-trained encoder at the start of fine-tuning, when the critic is still
 wrong. The encoder then learns from the PPO objective only, as the actor's part.
@@ -44,6 +48,7 @@ class ActorCritic(nn.Module):
         critic_hidden: int = 256,
         detach_critic_encoder: bool = True,
         per_step_ratio: bool = True,
+        per_element_log_prob: bool = False,
     ):
         super().__init__()
         self.policy = policy
@@ -52,6 +57,7 @@ class ActorCritic(nn.Module):
         self.ddim_steps, self.eta, self.min_std, self.finetune_steps = ddim_steps, eta, min_std, finetune_steps
         self.detach_critic_encoder = detach_critic_encoder
         self.per_step_ratio = per_step_ratio and self.is_diffusion
+        self.per_element_log_prob = per_element_log_prob
 
     def record_shape(self) -> tuple[int, ...]:
         cfg = self.policy.config
@@ -98,4 +104,6 @@ class ActorCritic(nn.Module):
         else:
             dist = torch.distributions.Normal(self.policy.mean(cond).float(), self._gaussian_std())
             logp = dist.log_prob(record.float()).flatten(1).sum(1)
+        if self.per_element_log_prob:  # mean over the chunk's H x A elements instead of the sum
+            logp = logp / (self.policy.config.horizon * self.policy.config.action_dim)
         return logp, self._value(cond)

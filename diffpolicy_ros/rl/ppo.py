@@ -85,6 +85,7 @@ class PPOConfig:
     eta: float = 1.0  # DDIM eta while fine-tuning (deployment samples with the policy's own eta, 0)
     min_std: float = 0.1  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
     per_step_ratio: bool = True  # one PPO ratio per fine-tuned denoising step (DPPO); False: the joint chain
+    per_element_log_prob: bool = False  # log-densities averaged over the chunk's elements (DPPO's code), not summed
     # -- PPO
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -220,6 +221,7 @@ class PPOTrainer:
             critic_hidden=cfg.critic_hidden,
             detach_critic_encoder=cfg.detach_critic_encoder,
             per_step_ratio=cfg.per_step_ratio,
+            per_element_log_prob=cfg.per_element_log_prob,
         ).to(self.device)
         self.model: torch.nn.Module = self.agent
         if self.dist.enabled:

@@ -83,6 +83,20 @@ def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kin
     trainer.envs.close()
 
 
+@pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
+def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_path, kind):
+    run = tiny_run()
+    run.policy["kind"] = kind
+    trainer = PPOTrainer(run, tmp_path, progress=False)
+    batch = trainer.prepare_batch(trainer.collect_rollout())
+    with torch.no_grad():
+        exact, _ = trainer.agent(batch["obs"], batch["records"])
+        trainer.agent.per_element_log_prob = True
+        averaged, _ = trainer.agent(batch["obs"], batch["records"])
+    assert torch.allclose(averaged, exact / (8 * 2), atol=1e-5)  # horizon 8 x 2-D point-mass actions
+    trainer.envs.close()
+
+
 @pytest.mark.quick
 def test_policy_gradient_reaches_the_denoiser(tmp_path):
     trainer = PPOTrainer(tiny_run(), tmp_path, progress=False)
