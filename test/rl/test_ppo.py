@@ -61,6 +61,14 @@ def tiny_run(**train_overrides) -> PPORun:
     return from_dict(PPORun, data)
 
 
+def first_batch(tmp_path: Path, kind: str = "diffusion") -> tuple[PPOTrainer, dict]:
+    """A tiny trainer for ``kind`` and its first rollout's batch, before any update."""
+    run = tiny_run()
+    run.policy["kind"] = kind
+    trainer = PPOTrainer(run, tmp_path, progress=False)
+    return trainer, trainer.prepare_batch(trainer.collect_rollout())
+
+
 def all_params(trainer: PPOTrainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}
 
@@ -68,10 +76,7 @@ def all_params(trainer: PPOTrainer) -> dict[str, torch.Tensor]:
 @pytest.mark.quick
 @pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
 def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kind):
-    run = tiny_run()
-    run.policy["kind"] = kind
-    trainer = PPOTrainer(run, tmp_path, progress=False)
-    batch = trainer.prepare_batch(trainer.collect_rollout())
+    trainer, batch = first_batch(tmp_path, kind)
     everything = torch.arange(batch["advantages"].shape[0])
     advantages = normalize_advantages(batch["advantages"])
     policy_loss, value_loss, stats = trainer.losses(batch, everything, advantages)
@@ -85,10 +90,7 @@ def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kin
 
 @pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
 def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_path, kind):
-    run = tiny_run()
-    run.policy["kind"] = kind
-    trainer = PPOTrainer(run, tmp_path, progress=False)
-    batch = trainer.prepare_batch(trainer.collect_rollout())
+    trainer, batch = first_batch(tmp_path, kind)
     with torch.no_grad():
         exact, _ = trainer.agent(batch["obs"], batch["records"])
         trainer.agent.per_element_log_prob = True
@@ -99,8 +101,7 @@ def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_p
 
 @pytest.mark.quick
 def test_policy_gradient_reaches_the_denoiser(tmp_path):
-    trainer = PPOTrainer(tiny_run(), tmp_path, progress=False)
-    batch = trainer.prepare_batch(trainer.collect_rollout())
+    trainer, batch = first_batch(tmp_path)
     idx = torch.arange(batch["advantages"].shape[0])
     policy_loss, _, _ = trainer.losses(batch, idx, torch.randn(len(idx)))  # arbitrary advantages
     policy_loss.backward()
