@@ -146,7 +146,7 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.policy import bench_policy
 
     _print_json_or_table(
-        bench_policy(checkpoint=args.checkpoint, device=args.device, iters=args.iters, backend=args.backend),
+        bench_policy(args.checkpoint, args.device, args.iters, args.backend, args.threads),
         args.json,
     )
     return 0
@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     bpol.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default policy")
     bpol.add_argument("--device", default="auto")
     bpol.add_argument("--iters", type=int, default=200)
-    bpol.add_argument("--backend", default="auto", help="auto|eager|fast")
+    bpol.add_argument("--backend", default="auto", help="auto|eager|fast|traced|native")
+    bpol.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the policy node's default: 1)")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
     blearn = bench_sub.add_parser("learn", help="long: PPO success vs env steps, diffusion DDIM-10/20 vs Gaussian")

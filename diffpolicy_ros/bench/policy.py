@@ -1,5 +1,9 @@
 """``diffpolicy bench policy``: the whole observation -> chunk call (both images, cached text, proprio,
-DDIM-10 / DDIM-20) at batch 1, plus batch 32, against the 100 ms control period."""
+DDIM-10 / DDIM-20) at batch 1, plus batch 32, against the 100 ms control period.
+
+Measured with the policy node's intra-op thread count (``torch_threads``, default 1): that is what deploys.
+On this 2-core machine one thread also has the tighter tail — with two, every operator waits for the slower
+core, and a neighbour's burst on either core shows in the p99."""
 
 from __future__ import annotations
 
@@ -29,8 +33,12 @@ def _latencies(fn, iters: int, warmup: int = 10) -> np.ndarray:
     return out
 
 
-def bench_policy(checkpoint: Path | None = None, device: str = "auto", iters: int = 200, backend: str = "auto") -> dict:
+def bench_policy(
+    checkpoint: Path | None = None, device: str = "auto", iters: int = 200, backend: str = "auto", threads: int = 1
+) -> dict:
     device = resolve_device(device)
+    if threads > 0:
+        torch.set_num_threads(threads)
     if checkpoint is not None:
         policy, _ = load_policy(checkpoint, device)
     else:

@@ -1,17 +1,22 @@
 """The one inference call used everywhere (eval, policy node, benchmarks): observation -> 16x3 chunk.
 
-Backends behind the same call:
-- ``eager``: ``policy.predict_chunk`` — the reference.
-- ``fast`` (CPU): the whole call — encoders, fusion, FiLM projections for every DDIM step, and the unrolled
+Backends behind the same call (``backend``: auto | eager | fast | traced | native):
+- ``eager``: the policy's own modules step by step — the reference.
+- ``traced`` (CPU): the whole call — encoders, fusion, FiLM projections for every DDIM step, and the unrolled
   denoising loop — traced once per batch size into a frozen TorchScript graph with
-  ``torch.jit.optimize_for_inference``. On a small CPU almost all of eager's time is per-operator Python
-  and dispatch overhead (the U-Net's compute is ~0.04 GFLOP per step); one graph call removes it, the
-  conditioning projections are computed once per chunk, and constant folding removes the schedule
-  arithmetic. The noise is an input, so the fast path is numerically the eager model on the same noise.
+  ``torch.jit.optimize_for_inference``. On a small CPU most of eager's time is per-operator Python and
+  dispatch overhead (the U-Net's compute is ~0.04 GFLOP per step); one graph call removes the Python part,
+  the conditioning projections are computed once per chunk, and constant folding removes the schedule
+  arithmetic.
+- ``native`` (CPU, the default there; ``fast`` picks it): the conditioning part traced as above, then the
+  whole denoising loop in one C++ call (:mod:`diffpolicy_ros.models.native`): token-major activations, every
+  conv one im2col + GEMM, GroupNorm/Mish/FiLM/residual fused. What is left is close to the cost of streaming
+  the U-Net's weights once per step. Falls back to ``traced`` where no C++ compiler can build it.
 - on CUDA / NPU: eager under the device's autocast (bf16), with no host sync inside the loop.
 
-Text is encoded on the CPU once per distinct instruction (the text encoder caches it) and enters the graph as
-tensors (token ids, or the pretrained sentence embedding), so one traced graph per batch size serves every
+The noise is an input to every backend, so each is numerically the eager model on the same noise.
+Text is encoded on the CPU once per distinct instruction (the text encoder caches it) and enters the graphs as
+tensors (token ids, or the pretrained sentence embedding), so one graph per batch size serves every
 instruction.
 """
 
@@ -26,6 +31,7 @@ from torch import nn
 
 from diffpolicy_ros.device import autocast_settings, device_type
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
+from diffpolicy_ros.models.native import native_kernel, unet_weights
 from diffpolicy_ros.models.obs import obs_to_torch
 
 
@@ -89,6 +95,48 @@ class _TracedSampler(nn.Module):
         return p.action_norm.unnormalize(x.clamp(-1.0, 1.0))
 
 
+class _Conditioner(nn.Module):
+    """The native backend's traced part: observation tensors -> every DDIM step's FiLM parameters [K, B, F]."""
+
+    def __init__(self, policy: DiffusionPolicy, ddim_steps: int):
+        super().__init__()
+        self.policy = policy
+        self.timesteps = policy.schedule.ddim_timesteps(ddim_steps)
+
+    def forward(self, obs_tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        films = self.policy.unet.film_for_steps(self.timesteps, self.policy.encoder(obs_tensors))
+        return torch.stack([torch.cat(step, dim=1) for step in films])
+
+
+class _NativeLoop:
+    """The denoising loop as one C++ call, with the schedule constants and the weight layout prepared once."""
+
+    def __init__(self, kernel, policy: DiffusionPolicy, ddim_steps: int):
+        cfg = policy.config
+        self.kernel = kernel
+        self.weights = unet_weights(policy.unet)
+        self.dims = [cfg.action_dim, *cfg.unet.down_dims]
+        self.coefs = policy.schedule.ddim_coefficients(ddim_steps, cfg.eta).float().contiguous()
+        self.stds = self.coefs[:, 4].clamp(min=cfg.min_std) if cfg.stochastic else self.coefs[:, 4]
+        self.stochastic = cfg.stochastic
+        self.kernel_size, self.groups = cfg.unet.kernel_size, cfg.unet.n_groups
+        self.clip_sample = policy.schedule.config.clip_sample
+
+    def __call__(self, films: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        return self.kernel.unet_ddim(
+            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), self.weights,
+            self.dims, self.kernel_size, self.groups, self.clip_sample, self.stochastic,
+        )  # fmt: skip
+
+
+def _trace(module: nn.Module, inputs: tuple) -> torch.jit.ScriptModule:
+    with torch.no_grad(), warnings.catch_warnings():
+        # expected: the trace bakes in the batch size and the DDIM timesteps
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(module.eval(), inputs, check_trace=False, strict=False)
+        return torch.jit.optimize_for_inference(torch.jit.freeze(traced))
+
+
 class ChunkPredictor:
     """``predictor(obs) -> np.ndarray [B, H, A]`` (m/s). ``obs``: one env observation or a batch."""
 
@@ -97,16 +145,20 @@ class ChunkPredictor:
         self.device = device
         self.is_diffusion = isinstance(policy, DiffusionPolicy)
         self.ddim_steps = ddim_steps or (policy.config.ddim_steps if self.is_diffusion else None)
-        if backend == "auto":
-            backend = "fast" if self.is_diffusion and device_type(device) == "cpu" else "eager"
-        if backend not in ("eager", "fast"):
-            raise ValueError(f"backend must be auto|eager|fast, got {backend!r}")
-        if backend == "fast" and not self.is_diffusion:
+        if backend not in ("auto", "eager", "fast", "traced", "native"):
+            raise ValueError(f"backend must be auto|eager|fast|traced|native, got {backend!r}")
+        on_cpu = device_type(device) == "cpu"
+        if not self.is_diffusion or (backend == "auto" and not on_cpu):
             backend = "eager"
+        elif backend in ("auto", "fast", "native"):
+            if not on_cpu:
+                raise ValueError(f"backend {backend!r} is the CPU fast path; use eager on {device}")
+            backend = "native" if native_kernel() is not None else "traced"
         self.backend = backend
         self._autocast = autocast_settings(device)
         self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
-        self.matmul_conv_min_fan_in = 640  # C_in * K from which a conv runs faster as a GEMM (measured)
+        self._native = _NativeLoop(native_kernel(), self.policy, self.ddim_steps) if backend == "native" else None
+        self.matmul_conv_min_fan_in = 640  # traced backend: C_in * K from which a conv runs faster as a GEMM
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, obs: dict, generator: torch.Generator | None = None) -> np.ndarray:
@@ -118,8 +170,10 @@ class ChunkPredictor:
                         out = self._eager(batch, *self._noise(batch, generator))
                     else:
                         out = self.policy.predict_chunk(batch)
+            elif self.backend == "native":
+                out = self._native_call(batch, *self._noise(batch, generator))
             else:
-                out = self._fast(batch, *self._noise(batch, generator))
+                out = self._traced_call(batch, *self._noise(batch, generator))
         return out.float().cpu().numpy()
 
     def _noise(self, batch: dict, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,19 +195,28 @@ class ChunkPredictor:
     def _eager(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
         return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), noise, step_noise)
 
-    def _fast(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def _graph(self, batch_size: int, tensors: dict, build) -> torch.jit.ScriptModule:
+        key = (batch_size, tuple(sorted(tensors)))  # a graph bakes in the batch size
+        if key not in self._graphs:
+            self._graphs[key] = build()
+        return self._graphs[key]
+
+    def _traced_call(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
         tensors = self._tensors(batch)
-        key = (noise.shape[0], tuple(sorted(tensors)))  # the graph bakes in the batch size
-        graph = self._graphs.get(key)
-        if graph is None:
-            sampler = _TracedSampler(_with_matmul_convs(self.policy, self.matmul_conv_min_fan_in), self.ddim_steps)
-            with torch.no_grad(), warnings.catch_warnings():
-                # expected: the trace bakes in the batch size and the DDIM timesteps
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(sampler.eval(), (tensors, noise, step_noise), check_trace=False, strict=False)
-                graph = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
-            self._graphs[key] = graph
-        return graph(tensors, noise, step_noise)
+
+        def build() -> torch.jit.ScriptModule:
+            policy = _with_matmul_convs(self.policy, self.matmul_conv_min_fan_in)
+            return _trace(_TracedSampler(policy, self.ddim_steps), (tensors, noise, step_noise))
+
+        return self._graph(noise.shape[0], tensors, build)(tensors, noise, step_noise)
+
+    def _native_call(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        tensors = self._tensors(batch)
+        conditioner = self._graph(
+            noise.shape[0], tensors, lambda: _trace(_Conditioner(self.policy, self.ddim_steps), (tensors,))
+        )
+        x = self._native(conditioner(tensors), noise, step_noise)
+        return self.policy.action_norm.unnormalize(x.clamp(-1.0, 1.0))
 
     def warm_up(self, example_obs: dict, calls: int = 3) -> None:
         """Build (trace) and run the graph once off the control path, e.g. right after loading weights."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,8 @@ from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.gaussian_policy import GaussianPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.models.obs import obs_to_torch
+from diffpolicy_ros.models.scheduler import NoiseScheduleConfig
+from diffpolicy_ros.models.unet1d import UNetConfig
 from diffpolicy_ros.sim import make_env
 
 
@@ -22,12 +26,25 @@ def image_obs():
     return obs
 
 
+HAS_COMPILER = shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
+def test_fast_resolves_to_the_native_kernel_on_cpu():
+    assert ChunkPredictor(DiffusionPolicy().eval(), "cpu", backend="fast").backend == "native"
+    assert ChunkPredictor(DiffusionPolicy().eval(), "cpu").backend == "native"
+
+
 @pytest.mark.quick
-def test_fast_path_equals_eager_and_returns_chunks_in_m_per_s(image_obs):
+@pytest.mark.parametrize("backend", ["native", "traced"])
+def test_fast_paths_equal_eager_and_return_chunks_in_m_per_s(image_obs, backend):
+    if backend == "native" and not HAS_COMPILER:
+        pytest.skip("no C++ compiler: the native kernel cannot be built here")
     torch.manual_seed(0)
     policy = DiffusionPolicy().eval()
     policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.1], [0.25, 0.25, 0.1]]))
-    fast = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="fast")
+    fast = ChunkPredictor(policy, "cpu", ddim_steps=10, backend=backend)
+    assert fast.backend == backend
     eager = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="eager")
     a = fast(image_obs, torch.Generator().manual_seed(3))
     b = eager(image_obs, torch.Generator().manual_seed(3))
@@ -35,6 +52,24 @@ def test_fast_path_equals_eager_and_returns_chunks_in_m_per_s(image_obs):
     np.testing.assert_allclose(a, b, atol=1e-4)
     assert np.all(np.abs(a) <= np.array([0.25, 0.25, 0.1]) + 1e-5)  # unnormalized into the data range
     assert fast.max_abs_diff_vs_eager(image_obs) < 1e-4
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
+def test_native_kernel_follows_the_unet_config(image_obs):
+    """The C++ loop reads the layout from the config: other widths, depth, kernel, groups, schedule, DDIM-20."""
+    unet = UNetConfig(down_dims=[32, 48, 64, 96], kernel_size=3, n_groups=4, timestep_embed_dim=64)
+    schedule = NoiseScheduleConfig(num_train_timesteps=50, beta_schedule="linear", clip_sample=False)
+    cfg = DiffusionPolicyConfig(fusion=FusionConfig(use_images=False), unet=unet, schedule=schedule, horizon=8)
+    torch.manual_seed(1)
+    policy = DiffusionPolicy(cfg).eval()
+    for param in policy.unet.parameters():  # away from the near-identity init, so every layer matters
+        param.data.add_(0.05 * torch.randn_like(param))
+    native = ChunkPredictor(policy, "cpu", ddim_steps=20, backend="native")
+    eager = ChunkPredictor(policy, "cpu", ddim_steps=20, backend="eager")
+    batch = {"proprio": np.stack([image_obs["proprio"]] * 3), "instruction": [image_obs["instruction"]] * 3}
+    a = native(batch, torch.Generator().manual_seed(2))
+    assert a.shape == (3, 8, 3)
+    np.testing.assert_allclose(a, eager(batch, torch.Generator().manual_seed(2)), atol=1e-4)
 
 
 def test_batched_call_and_new_instruction(image_obs):
@@ -73,6 +108,12 @@ def test_gaussian_policy_uses_eager_and_works(image_obs):
     predictor = ChunkPredictor(GaussianPolicy().eval(), "cpu")
     assert predictor.backend == "eager"
     assert predictor(image_obs).shape == (1, 16, 3)
+
+
+@pytest.mark.quick
+def test_unknown_backend_is_an_error():
+    with pytest.raises(ValueError, match="backend"):
+        ChunkPredictor(DiffusionPolicy().eval(), "cpu", backend="onnx")
 
 
 @pytest.mark.quick
