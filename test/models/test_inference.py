@@ -72,6 +72,28 @@ def test_native_kernel_follows_the_unet_config(image_obs):
     np.testing.assert_allclose(a, eager(batch, torch.Generator().manual_seed(2)), atol=1e-4)
 
 
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
+def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
+    """A broken network must not come out as a finite (clipped) action, and a wrong weight list is an error."""
+    policy = DiffusionPolicy(DiffusionPolicyConfig(fusion=FusionConfig(use_images=False))).eval()
+    policy.unet.final[1].bias.data[0] = float("nan")
+    native = ChunkPredictor(policy, "cpu", backend="native")
+    out = native(image_obs)
+    assert np.isnan(out[..., 0]).all() and np.isnan(ChunkPredictor(policy, "cpu", backend="eager")(image_obs)).any()
+    loop = native._native
+    films = torch.zeros(loop.coefs.shape[0], 1, 10)
+    with pytest.raises(RuntimeError, match="weight"):
+        loop.kernel.unet_ddim(
+            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), loop.weights[:-1],
+            loop.dims, loop.kernel_size, loop.groups, True, False,
+        )  # fmt: skip
+    with pytest.raises(RuntimeError, match="films"):
+        loop.kernel.unet_ddim(
+            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), loop.weights,
+            loop.dims, loop.kernel_size, loop.groups, True, False,
+        )  # fmt: skip
+
+
 def test_batched_call_and_new_instruction(image_obs):
     policy = DiffusionPolicy(DiffusionPolicyConfig(fusion=FusionConfig(use_images=False))).eval()
     predictor = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="fast")

@@ -33,7 +33,13 @@ struct Norm {
 struct Reader {  // walks the flat weight list in the order native.py writes it
   const std::vector<Tensor>& w;
   size_t i = 0;
-  Tensor next() { return w.at(i++); }
+  Tensor next() {
+    TORCH_CHECK(i < w.size(), "unet_ddim: the weight list is shorter than the layout needs");
+    const Tensor& t = w[i++];
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.device().is_cpu(),
+                "unet_ddim: weights must be contiguous float32 CPU tensors");
+    return t;
+  }
   Conv conv(int64_t k, int64_t stride, int64_t pad, bool transpose = false) {
     Tensor wt = next();
     Tensor b = next();
@@ -124,6 +130,7 @@ struct Net {
   std::vector<Block> mid;
   Conv final_conv, final_out;
   Norm final_norm;
+  int64_t film_size = 0;  // every block's [scale, shift] per sample
 };
 
 Tensor block_forward(const Tensor& x, int64_t B, int64_t L, const Block& blk, const float* films, int64_t F) {
@@ -201,6 +208,7 @@ Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dim
   net.final_norm = r.norm(groups);
   net.final_out = r.conv(1, 1, 0);
   TORCH_CHECK(r.i == weights.size(), "unet_ddim: ", weights.size(), " weights given, the layout uses ", r.i);
+  net.film_size = film_offset;
   return net;
 }
 
@@ -210,31 +218,46 @@ Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dim
 // NoiseSchedule.ddim_coefficients; stds: [K]; step_noise: [K, B, H, A] (used when stochastic).
 Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_noise, std::vector<Tensor> weights,
                  std::vector<int64_t> dims, int64_t kernel, int64_t groups, bool clip_sample, bool stochastic) {
-  TORCH_CHECK(x.dim() == 3 && x.scalar_type() == at::kFloat && x.device().is_cpu(), "unet_ddim: x must be [B,H,A] float32 CPU");
+  TORCH_CHECK(x.dim() == 3 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "unet_ddim: x must be [B, H, A] float32 on the CPU");
   at::NoGradGuard no_grad;
-  const int64_t B = x.size(0), H = x.size(1), K = films.size(0), F = films.size(2);
+  const int64_t B = x.size(0), H = x.size(1), A = x.size(2);
+  TORCH_CHECK(films.dim() == 3 && films.size(1) == B && films.scalar_type() == at::kFloat,
+              "unet_ddim: films must be [K, B, F] float32");
+  const int64_t K = films.size(0), F = films.size(2);
+  TORCH_CHECK(coefs.dim() == 2 && coefs.size(0) == K && coefs.size(1) == 5 && stds.numel() == K,
+              "unet_ddim: coefs must be [K, 5] and stds [K]");
+  TORCH_CHECK(!stochastic || (step_noise.dim() == 4 && step_noise.size(0) == K && step_noise.size(1) == B &&
+                              step_noise.size(2) == H && step_noise.size(3) == A),
+              "unet_ddim: step_noise must be [K, B, H, A]");
   const Net net = read_net(weights, dims, kernel, groups);
+  TORCH_CHECK(net.film_size == F, "unet_ddim: films carry ", F, " values per sample, the net needs ", net.film_size);
+  TORCH_CHECK(net.down.at(0).at(0).c1.wt.size(0) == kernel * A, "unet_ddim: the first conv does not take ", A,
+              " action dims");
+  // Owned, contiguous float32 copies: every raw pointer below points into one of these.
   films = films.contiguous();
   coefs = coefs.to(at::kFloat).contiguous();
   stds = stds.to(at::kFloat).contiguous();
-  Tensor cur = x.reshape({B * H, x.size(2)}).clone();
+  step_noise = step_noise.to(at::kFloat).contiguous();
+  Tensor cur = x.reshape({B * H, A}).clone();
   const int64_t n = cur.numel();
   for (int64_t k = 0; k < K; ++k) {
-    Tensor eps = unet_forward(net, cur, B, H, films[k].data_ptr<float>(), F);
-    const float* c = coefs[k].data_ptr<float>();
+    Tensor eps = unet_forward(net, cur, B, H, films.data_ptr<float>() + k * B * F, F);
+    TORCH_CHECK(eps.size(1) == A, "unet_ddim: the net predicts ", eps.size(1), " action dims, x has ", A);
+    const float* c = coefs.data_ptr<float>() + 5 * k;
     const float* e = eps.data_ptr<float>();
-    const float* z = stochastic ? step_noise[k].contiguous().data_ptr<float>() : nullptr;
-    const float std_k = stds[k].item<float>();
+    const float* z = stochastic ? step_noise.data_ptr<float>() + k * n : nullptr;
+    const float std_k = stds.data_ptr<float>()[k];
     float* xs = cur.data_ptr<float>();
     for (int64_t i = 0; i < n; ++i) {  // NoiseSchedule.ddim_mean, then the step's noise
       float x0 = (xs[i] - c[1] * e[i]) / c[0];
-      if (clip_sample) x0 = std::min(1.f, std::max(-1.f, x0));
+      if (clip_sample) x0 = x0 > 1.f ? 1.f : (x0 < -1.f ? -1.f : x0);  // like torch.clamp, NaN stays NaN
       float v = c[2] * x0 + c[3] * e[i];
       if (z) v += std_k * z[i];
       xs[i] = v;
     }
   }
-  return cur.view({B, H, x.size(2)});
+  return cur.view({B, H, A});
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
