@@ -1,4 +1,5 @@
-"""The one inference call used everywhere (eval, policy node, benchmarks): observation -> 16x3 chunk.
+"""The one deployment inference call (policy node, benchmarks): observation -> 16x3 chunk. Batch evaluation
+in the sim (``eval/rollout.py``) runs the eager reference, ``policy.predict_chunk``.
 
 Backends behind the same call (``backend``: auto | eager | fast | traced | native):
 - ``eager``: the policy's own modules step by step — the reference.
@@ -138,7 +139,10 @@ def _trace(module: nn.Module, inputs: tuple) -> torch.jit.ScriptModule:
 
 
 class ChunkPredictor:
-    """``predictor(obs) -> np.ndarray [B, H, A]`` (m/s). ``obs``: one env observation or a batch."""
+    """``predictor(obs) -> np.ndarray [B, H, A]`` (m/s). ``obs``: one env observation or a batch.
+
+    The traced and native backends capture the weights when first built: after changing them, build a new
+    predictor (the policy node does on every checkpoint it loads)."""
 
     def __init__(self, policy: nn.Module, device: str = "cpu", ddim_steps: int | None = None, backend: str = "auto"):
         self.policy = policy.to(device).eval()
