@@ -66,6 +66,12 @@ def bench_policy(
             result["batch32_ms"] = round(float(np.percentile(lat32, 50)), 2)
     result["p50_ms"] = result["ddim10_p50_ms"]
     result["p99_ms"] = result["ddim10_p99_ms"]
+    # The host's state, for comparing runs: at batch 1 each denoising step streams the U-Net's weights once,
+    # so how fast this machine reads them right now bounds the loop (it moves with the neighbours' load).
+    weights = [w.detach().float() for w in policy.unet.parameters()]
+    with torch.inference_mode():
+        read_ms = float(np.percentile(_latencies(lambda: [w.sum() for w in weights], 50), 50))
+    result["weights_read_gb_per_s"] = round(sum(w.numel() * 4 for w in weights) / read_ms / 1e6, 1)
     result["params_m"] = round(sum(p.numel() for p in policy.parameters()) / 1e6, 3)
     result["unet_params_m"] = round(sum(p.numel() for p in policy.unet.parameters()) / 1e6, 3)
     result["ratio_p99_to_period"] = round(result["p99_ms"] / CONTROL_PERIOD_MS, 3)
