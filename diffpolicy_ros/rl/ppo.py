@@ -61,7 +61,7 @@ from diffpolicy_ros.sim.vector import make_vec_env
 
 CSV_FIELDS = (
     "iteration", "env_steps", "success_rate", "episode_return", "episodes", "actor_loss", "policy_loss",
-    "value_loss", "approx_kl", "clip_fraction", "actor_grad_norm", "critic_grad_norm", "skipped_updates",
+    "value_loss", "approx_kl", "clip_fraction", "actor_grad_norm", "critic_grad_norm", "skipped_updates", "kl_stopped",
     "eval_success_rate", "rollout_s", "update_s", "env_steps_per_s", "wall_s",
 )  # fmt: skip
 
@@ -100,7 +100,10 @@ class PPOConfig:
     actor_lr: float = 1e-4
     critic_lr: float = 1e-3
     critic_warmup_iters: int = 2
-    target_kl: float | None = None  # stop an update's epochs early past this approx-KL
+    # Stop the update at the first minibatch whose approx-KL (the policy so far vs the rollout policy) exceeds
+    # this, before stepping on it (as Spinning Up does per step; CleanRL checks once per epoch, which lets one
+    # epoch of a sharp 48-dim-per-step chain likelihood run far: KL 2.7 measured on push_two_goals).
+    target_kl: float | None = None
     reward_scale: float = 1.0
     reward_centering: bool = False  # Naik & Sutton 2024
     reward_centering_step: float = 0.01
@@ -416,7 +419,7 @@ class PPOTrainer:
         last_good = copy.deepcopy(self._optim_state())  # restored if an update goes non-finite
         minibatch = cfg.micro_batch * cfg.grad_accum
         sums: dict[str, torch.Tensor] = {}
-        steps = 0
+        steps, kl_stop = 0, False
         self.agent.train()
         for _epoch in range(cfg.update_epochs):
             perm = torch.randperm(b, generator=self.shuffle_gen).to(self.device)
@@ -426,6 +429,7 @@ class PPOTrainer:
                 self.actor_opt.zero_grad(set_to_none=True)
                 self.critic_opt.zero_grad(set_to_none=True)
                 loss_sum = torch.zeros((), device=self.device)
+                mb_sums: dict[str, torch.Tensor] = {}
                 for j, idx in enumerate(micro):
                     sync = nullcontext() if (j == len(micro) - 1 or not self.dist.enabled) else self.model.no_sync()
                     with sync:
@@ -434,7 +438,15 @@ class PPOTrainer:
                         self.scaler.scale(loss).backward()
                     loss_sum = loss_sum + loss.detach()
                     for key, value in {"policy_loss": policy_loss, "value_loss": value_loss, **stats}.items():
-                        sums[key] = sums.get(key, 0.0) + value.detach() * (len(idx) / len(mb))
+                        mb_sums[key] = mb_sums.get(key, 0.0) + value.detach() * (len(idx) / len(mb))
+                if cfg.target_kl is not None and not actor_frozen and steps > 0:
+                    # every rank must take the same decision (DDP): the ranks' mean
+                    kl = distributed.mean_across_ranks(self.dist, {"kl": float(mb_sums["approx_kl"])})["kl"]
+                    if kl > cfg.target_kl:
+                        kl_stop = True
+                        break
+                for key, value in mb_sums.items():
+                    sums[key] = sums.get(key, 0.0) + value
                 self.scaler.unscale_(self.actor_opt)
                 self.scaler.unscale_(self.critic_opt)
                 # clipped separately: one joint norm lets the critic's (large, return-scaled) gradient
@@ -459,9 +471,9 @@ class PPOTrainer:
                 sums["actor_grad_norm"] = sums.get("actor_grad_norm", 0.0) + actor_norm.detach()
                 sums["critic_grad_norm"] = sums.get("critic_grad_norm", 0.0) + critic_norm.detach()
                 steps += 1
-            if cfg.target_kl is not None and float(sums["approx_kl"]) / steps > cfg.target_kl:
+            if kl_stop:
                 break
-        return {"skipped_updates": 0, **_means(sums, steps)}
+        return {"skipped_updates": 0, "kl_stopped": float(kl_stop), **_means(sums, steps)}
 
     def _optim_state(self) -> dict:
         return {

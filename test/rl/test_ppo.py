@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -108,6 +109,24 @@ def test_policy_gradient_reaches_the_denoiser(tmp_path):
     unet_grads = [p.grad for p in trainer.agent.policy.unet.parameters() if p.grad is not None]
     assert unet_grads and sum(float(g.abs().sum()) for g in unet_grads) > 0
     assert all(p.grad is None for p in trainer.agent.critic.parameters())  # the value head is not in it
+    trainer.envs.close()
+
+
+def test_target_kl_stops_the_update_before_the_step_that_would_pass_it(tmp_path):
+    trainer, batch = first_batch(tmp_path)
+    cfg = trainer.run.train
+    trainer.iteration = cfg.critic_warmup_iters  # past the warm-up: the actor steps
+
+    def actor_steps() -> set[int]:
+        return {int(state["step"]) for state in trainer.actor_opt.state.values()}
+
+    cfg.target_kl = 1e-12  # any movement of the policy passes it
+    out = trainer.update(batch)
+    assert out["kl_stopped"] == 1.0 and actor_steps() == {1}  # one step, then the next minibatch stopped it
+    cfg.target_kl = None
+    out = trainer.update(batch)
+    per_update = cfg.update_epochs * math.ceil(batch["advantages"].shape[0] / (cfg.micro_batch * cfg.grad_accum))
+    assert out["kl_stopped"] == 0.0 and actor_steps() == {1 + per_update}
     trainer.envs.close()
 
 
