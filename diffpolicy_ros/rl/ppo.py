@@ -463,7 +463,7 @@ class PPOTrainer:
                         f"restored (count {self.nonfinite_updates})",
                         file=sys.stderr,
                     )
-                    return {"skipped_updates": 1, **_means(sums, max(steps, 1))}
+                    return {"skipped_updates": 1, "kl_stopped": 0.0, **_means(sums, max(steps, 1))}
                 if not actor_frozen:
                     self.scaler.step(self.actor_opt)
                 self.scaler.step(self.critic_opt)
