@@ -8,7 +8,7 @@ and ``tokenizers`` and run the 6-layer BERT here, so neither ``transformers`` no
 The pipeline is the model's own (its ``modules.json``): WordPiece, lower-cased, ``[CLS] ... [SEP]`` ->
 BERT (post-LayerNorm, GELU-erf) -> mean over tokens -> L2 normalization -> a 384-d unit vector.
 Instructions are few and fixed per episode, so the encoder runs on the CPU once per distinct string and
-callers cache the vector (see ``encoders.PretrainedTextEncoder``).
+callers cache the vector (see ``encoders.MiniLMTextEncoder``).
 """
 
 from __future__ import annotations

@@ -26,10 +26,15 @@ from diffpolicy_ros.models.unet1d import ConditionalUnet1D, Conv1dBlock, FiLMRes
 SOURCE = Path(__file__).parent / "csrc" / "unet1d_ddim.cpp"
 
 
+def has_cxx_compiler() -> bool:
+    """Whether a C++ compiler is on PATH (without one the kernel cannot be built, and that is not an error)."""
+    return shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
 @functools.lru_cache(maxsize=1)
 def native_kernel(verbose: bool = False) -> ModuleType | None:
     """The compiled extension, or None (with a warning) where no C++ toolchain can build it."""
-    if shutil.which("c++") is None and shutil.which("g++") is None:
+    if not has_cxx_compiler():
         warnings.warn("no C++ compiler: the CPU fast path uses the traced TorchScript loop", stacklevel=2)
         return None
     from torch.utils.cpp_extension import load

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -12,6 +10,7 @@ from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPol
 from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.gaussian_policy import GaussianPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.models.native import has_cxx_compiler
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.models.scheduler import NoiseScheduleConfig
 from diffpolicy_ros.models.unet1d import UNetConfig
@@ -26,7 +25,7 @@ def image_obs():
     return obs
 
 
-HAS_COMPILER = shutil.which("c++") is not None or shutil.which("g++") is not None
+HAS_COMPILER = has_cxx_compiler()
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
