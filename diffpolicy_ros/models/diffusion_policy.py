@@ -104,9 +104,11 @@ class DiffusionPolicy(nn.Module):
         min_std: float | None = None,
         last_k: int | None = None,
         per_step: bool = False,
+        actions: int | None = None,
     ) -> torch.Tensor:
         """log pi_theta(chain) [B]: sum of the Gaussian step log-densities of the last K' steps
-        (``per_step``: the K' terms themselves, [B, K'])."""
+        (``per_step``: the K' terms themselves, [B, K']). ``actions``: only the chunk's first ``actions``
+        actions enter the densities (the executed ones; default all)."""
         cfg = self.config
         steps = ddim_steps or cfg.ddim_steps
         eta = cfg.eta if eta is None else eta
@@ -121,11 +123,12 @@ class DiffusionPolicy(nn.Module):
         x_t = torch.cat([chain[:, k] for k in ks])
         t = torch.tensor([timesteps[k] for k in ks], device=cond.device).repeat_interleave(batch)
         eps = self.unet(x_t, t, cond.repeat(len(ks), 1))
+        h = actions or cfg.horizon
         terms = []
         for i, k in enumerate(ks):
             rows = slice(i * batch, (i + 1) * batch)
-            mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs[k])
-            terms.append(gaussian_log_prob(chain[:, k + 1].float(), mean.float(), stds[k]))  # fp32 under AMP
+            mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs[k])[:, :h]
+            terms.append(gaussian_log_prob(chain[:, k + 1, :h].float(), mean.float(), stds[k]))  # fp32 under AMP
         logp = torch.stack(terms, dim=1)
         return logp if per_step else logp.sum(1)
 

@@ -86,6 +86,9 @@ class PPOConfig:
     min_std: float = 0.1  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
     per_step_ratio: bool = True  # one PPO ratio per fine-tuned denoising step (DPPO); False: the joint chain
     per_element_log_prob: bool = False  # log-densities averaged over the chunk's elements (DPPO's code), not summed
+    # Only the first execute_horizon actions of a chunk enter the ratio (DPPO's reward_horizon): the
+    # unexecuted tail earns no reward, so its likelihood adds variance to the gradient and sharpness to the ratio.
+    likelihood_executed_only: bool = False
     # -- PPO
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -225,6 +228,7 @@ class PPOTrainer:
             detach_critic_encoder=cfg.detach_critic_encoder,
             per_step_ratio=cfg.per_step_ratio,
             per_element_log_prob=cfg.per_element_log_prob,
+            likelihood_actions=cfg.execute_horizon if cfg.likelihood_executed_only else None,
         ).to(self.device)
         self.model: torch.nn.Module = self.agent
         if self.dist.enabled:

@@ -100,6 +100,24 @@ def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_p
     trainer.envs.close()
 
 
+@pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
+def test_executed_only_likelihood_ignores_the_unexecuted_tail_of_the_chunk(tmp_path, kind):
+    trainer, batch = first_batch(tmp_path, kind)
+    trainer.agent.likelihood_actions = trainer.run.train.execute_horizon  # 4 of the 8 actions
+    records = batch["records"]
+    tail, head = records.clone(), records.clone()
+    final = (slice(None), -1) if kind == "diffusion" else (slice(None),)  # the chunk (the chain's last step)
+    tail[(*final, slice(4, None))] += 0.5
+    head[(*final, slice(0, 4))] += 0.5
+    with torch.no_grad():
+        logp = trainer.agent(batch["obs"], records)[0]
+        assert torch.equal(trainer.agent(batch["obs"], tail)[0], logp)  # the unexecuted actions earn no reward
+        assert not torch.allclose(trainer.agent(batch["obs"], head)[0], logp, atol=1e-3)
+        trainer.agent.likelihood_actions = 8
+        assert not torch.allclose(trainer.agent(batch["obs"], tail)[0], logp, atol=1e-3)  # whole chunk: it counts
+    trainer.envs.close()
+
+
 @pytest.mark.quick
 def test_policy_gradient_reaches_the_denoiser(tmp_path):
     trainer, batch = first_batch(tmp_path)
