@@ -18,6 +18,7 @@ from pathlib import Path
 
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
+from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 from diffpolicy_ros.rl.checkpoint import load_checkpoint
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
@@ -110,9 +111,16 @@ def bench_learn(
             curve = [(0, initial), *_eval_curve(trainer.run_dir)]
             curves[variant] = curve
             reached = [steps for steps, rate in curve if rate >= 0.9]
+            n = cfg.eval_episodes
+            late = [rate for _, rate in curve[1:][-3:]]  # the last 3 evaluations pooled: 3x the episodes
+            late_successes = round(sum(late) * n)
             task_result[variant] = {
                 "initial_success_rate": initial,
                 "final_success_rate": curve[-1][1],
+                "final_success_ci95": wilson_interval(round(curve[-1][1] * n), n),
+                "late_success_rate": late_successes / (len(late) * n),
+                "late_success_ci95": wilson_interval(late_successes, len(late) * n),
+                "eval_episodes": n,
                 "best_success_rate": max(rate for _, rate in curve),
                 "env_steps_to_90pct": reached[0] if reached else None,
                 "env_steps": summary["env_steps"],
@@ -120,7 +128,9 @@ def bench_learn(
                 "wall_s": summary["wall_s"],
                 "curve": curve,
             }
-        png = plot_success_vs_steps(curves, out_dir / f"{task}_success_vs_steps.png", f"PPO on {task}")
+        png = plot_success_vs_steps(
+            curves, out_dir / f"{task}_success_vs_steps.png", f"PPO on {task}", episodes=cfg.eval_episodes
+        )
         task_result["png"] = str(png)
         results[task] = task_result
         results["wall_s"] = round(time.perf_counter() - start, 1)

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")  # headless: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from diffpolicy_ros.eval.stats import wilson_interval  # noqa: E402
+
 PPO_PANELS = (
     ("success rate", ("success_rate", "eval_success_rate")),
     ("episode return", ("episode_return",)),
@@ -62,13 +64,20 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
-def plot_success_vs_steps(curves: dict[str, list[tuple[int, float]]], out: str | Path, title: str) -> Path:
-    """One line per label: (env steps, evaluated success rate) points — the ``bench learn`` comparison."""
+def plot_success_vs_steps(
+    curves: dict[str, list[tuple[int, float]]], out: str | Path, title: str, episodes: int | None = None
+) -> Path:
+    """One line per label: (env steps, evaluated success rate) points — the ``bench learn`` comparison;
+    with ``episodes`` (per evaluation) each line carries its 95 % Wilson band, so a gap can be read as real
+    or as evaluation noise."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, points in curves.items():
         if points:
             xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            if episodes:
+                lo, hi = zip(*(wilson_interval(round(y * episodes), episodes) for y in ys))
+                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
     ax.set_xlabel("env steps")
     ax.set_ylabel("success rate (deployed policy, held-out seeds)")
     ax.set_ylim(-0.02, 1.02)

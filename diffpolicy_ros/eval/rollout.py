@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.sim import make_env
 
@@ -87,10 +88,12 @@ def evaluate_policy(
         env.close()
     results.sort(key=lambda r: r.seed)
     routes = [r.route for r in results]
+    successes = sum(r.success for r in results)
     return {
         "task": task,
         "episodes": episodes,
-        "success_rate": float(np.mean([r.success for r in results])),
+        "success_rate": successes / episodes,
+        "success_ci95": wilson_interval(successes, episodes),
         "mean_return": float(np.mean([r.ep_return for r in results])),
         "mean_length": float(np.mean([r.length for r in results])),
         "left_fraction": routes.count("left") / episodes,
