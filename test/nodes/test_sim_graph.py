@@ -87,6 +87,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
     try:
         came_up = spin_until(node, lambda: len(chunks) > 0, 90)
         assert came_up, "no chunk: " + (tmp_path / "graph.log").read_text()[-3000:]
+        # a chunk proves the graph runs; discovery of every node's name can lag it by a moment
+        spin_until(node, lambda: GRAPH_NODES <= set(node.get_node_names()), 15)
         names = set(node.get_node_names())
         assert GRAPH_NODES <= names, GRAPH_NODES - names
 
