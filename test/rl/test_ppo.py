@@ -17,8 +17,9 @@ import yaml
 
 from diffpolicy_ros.config import from_dict
 from diffpolicy_ros.rl.checkpoint import load_checkpoint, load_policy
-from diffpolicy_ros.rl.ppo import PPORun, PPOTrainer, latest_checkpoint, train_ppo
+from diffpolicy_ros.rl.ppo import PPORun, PPOTrainer, latest_checkpoint, load_ppo_run, train_ppo
 from diffpolicy_ros.rl.ppo_math import normalize_advantages
+from diffpolicy_ros.sim import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -262,3 +263,10 @@ def test_reward_centering_tracks_the_average_reward_and_resumes(tmp_path):
     )
     assert resumed.centerer.average == average  # part of the exact-resume state
     resumed.envs.close()
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("path", sorted((REPO / "config" / "train").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_train_config_loads(path):
+    run = load_ppo_run(path)  # an unknown or misspelt option is an error naming it
+    assert run.task in TASKS
