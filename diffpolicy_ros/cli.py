@@ -17,8 +17,9 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
+
+from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
 
 TASK_CHOICES = ("push", "push_two_goals", "point_mass")  # = diffpolicy_ros.sim.TASKS, without importing it
 
@@ -52,7 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.out
     if out is None and args.run_dir is not None:
-        out = Path(args.run_dir) / datetime.now().strftime("%Y%m%d-%H%M%S") / "demos.npz"
+        out = new_run_dir("demos", args.run_dir) / "demos.npz"
     summary, _ = run_demos(
         task=task,
         episodes=args.episodes,
@@ -81,7 +82,7 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             setattr(run.train, key, value)
-    run_dir = args.run_dir / datetime.now().strftime("bc-%Y%m%d-%H%M%S") if args.run_dir else None
+    run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
     result = train_bc(run, args.data, run_dir, progress=not args.json)
     _print_json_or_table(result, args.json)
     return 0
@@ -93,10 +94,12 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     run = load_ppo_run(args.config)
     if args.init is not None:
         run.init = str(args.init)
-    for key in ("device", "seed", "total_env_steps", "n_envs", "ddim_steps"):
+    for key in ("device", "seed", "total_env_steps", "n_envs"):
         value = getattr(args, key)
         if value is not None:
             setattr(run.train, key, value)
+    if args.ddim_steps is not None:
+        run.train.sampler.ddim_steps = args.ddim_steps
     if args.resume == "auto" and args.run_dir is None:
         print("diffpolicy train-ppo: --resume auto needs --run-dir (the run to continue)", file=sys.stderr)
         return 2
@@ -120,20 +123,20 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from diffpolicy_ros.device import resolve_device
     from diffpolicy_ros.eval.rollout import evaluate_policy
-    from diffpolicy_ros.rl.checkpoint import load_policy
+    from diffpolicy_ros.models.checkpoint import checkpoint_meta, load_policy
 
     device = resolve_device(args.device)
     policy, ckpt = load_policy(args.checkpoint, device)
-    meta = ckpt.get("meta", {})
+    meta = checkpoint_meta(ckpt)
     result = evaluate_policy(
         policy,
-        task=args.task or meta.get("task", "push"),
+        task=args.task or meta.task,
         episodes=args.episodes,
         seed=args.seed,
-        obs_mode=meta.get("obs_mode", "state"),
+        obs_mode=meta.obs_mode,
         device=device,
         ddim_steps=args.ddim_steps,
-        execute_horizon=args.execute_horizon,
+        execute_horizon=args.execute_horizon or meta.execute_horizon,
         progress=not args.json,
     )
     if not args.per_episode:
@@ -158,7 +161,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.arguments)
         if args.graph == "sim_train" and not overrides.get("run_dir"):
-            overrides["run_dir"] = str(Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+            overrides["run_dir"] = str(new_run_dir("sim_train"))
         return run_graph(args.graph, overrides)
     except ValueError as exc:
         print(f"diffpolicy launch: {exc}", file=sys.stderr)
@@ -197,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: push, or the config's")
     demo.add_argument("--config", type=Path, default=None, help="task YAML, e.g. config/sim/push.yaml")
     demo.add_argument("--out", type=Path, default=None, help="write the episodes to this .npz dataset")
-    demo.add_argument("--run-dir", type=Path, default=None, help="write to RUN_DIR/<timestamp>/demos.npz")
+    demo.add_argument("--run-dir", type=Path, default=None, help="write to RUN_DIR/demos-<timestamp>/demos.npz")
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     demo.set_defaults(func=cmd_demo)
@@ -237,10 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="closed-loop evaluation of a checkpoint in the sim")
     ev.add_argument("--checkpoint", type=Path, required=True)
     ev.add_argument("--episodes", type=int, default=50)
-    ev.add_argument("--seed", type=int, default=10_000, help="episode i uses seed S + i (held out from demos)")
+    ev.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i uses seed S + i (held out from demos)")
     ev.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: the checkpoint's task")
     ev.add_argument("--ddim-steps", type=int, default=None)
-    ev.add_argument("--execute-horizon", type=int, default=4)
+    ev.add_argument("--execute-horizon", type=int, default=None, help="default: the checkpoint's")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
     ev.add_argument("--json", action="store_true")

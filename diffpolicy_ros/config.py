@@ -44,9 +44,27 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML mapping; ``base: other.yaml`` (relative to this file) is loaded first and this file's keys
+    are merged over it, nested mappings key by key, so a variant states only what differs."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ValueError(f"{path}: 'base' files form a cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
     with open(path) as f:
         data = yaml.safe_load(f) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a YAML mapping at the top level")
-    return data
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return merge(load_yaml(path.parent / str(base), (*_seen, path)), data)
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: nested dicts merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

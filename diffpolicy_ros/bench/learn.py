@@ -19,8 +19,8 @@ from pathlib import Path
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
 from diffpolicy_ros.eval.stats import wilson_interval
+from diffpolicy_ros.models.checkpoint import load_checkpoint
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
-from diffpolicy_ros.rl.checkpoint import load_checkpoint
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.sim.demos import run_demos
 
@@ -102,8 +102,7 @@ def bench_learn(
             run = load_ppo_run(config_file(recipe.train_config))
             run.task, run.init = task, starts[kind]
             cfg = run.train
-            cfg.total_env_steps, cfg.ddim_steps = total_env_steps, ddim_steps
-            cfg.finetune_steps = min(cfg.finetune_steps, ddim_steps)
+            cfg.total_env_steps, cfg.sampler.ddim_steps = total_env_steps, ddim_steps
             trainer = PPOTrainer(run, out_dir / task / variant, progress=progress)
             cfg.eval_every = max(1, trainer.total_iterations() // eval_points)
             initial = trainer.evaluate(cfg.eval_episodes)["success_rate"]

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros.models.checkpoint import load_policy
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
-from diffpolicy_ros.rl.checkpoint import load_policy
 from diffpolicy_ros.sim import make_env
 
 CONTROL_PERIOD_MS = 100.0

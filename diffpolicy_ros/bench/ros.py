@@ -15,16 +15,13 @@ import torch
 
 def untrained_image_checkpoint(path: Path) -> Path:
     """A default (images + text + proprio) diffusion policy with the task's action range: latency only."""
-    from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
-    from diffpolicy_ros.rl.checkpoint import save_checkpoint
+    from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
+    from diffpolicy_ros.models.factory import build_policy, policy_spec
 
     spec = policy_spec({"kind": "diffusion"})
     policy = build_policy(spec)
     policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.25], [0.25, 0.25, 0.25]]))
-    return save_checkpoint(
-        path,
-        {"policy_spec": spec_dict(spec), "model": policy.state_dict(), "meta": {"task": "push", "obs_mode": "image"}},
-    )
+    return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="bench", obs_mode="image")))
 
 
 def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s: float = 15.0) -> dict:

@@ -32,7 +32,7 @@ def _env_rate(obs_mode: str, steps: int, seed: int) -> float:
 
 
 def _vec_rate(obs_mode: str, n_workers: int, steps: int, chunk: int | None, seed: int) -> float:
-    venv = make_vec_env("push", n_workers, obs_mode=obs_mode, chunk_horizon=chunk)
+    venv = make_vec_env("push", n_workers, obs_mode=obs_mode, chunk_horizon=chunk, execute_horizon=chunk or 1)
     rng = np.random.default_rng(seed)
     shape = (n_workers, chunk, 3) if chunk else (n_workers, 3)
     venv.reset(seed=seed)

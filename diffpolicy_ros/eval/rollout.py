@@ -14,8 +14,10 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.obs import obs_to_torch
+from diffpolicy_ros.runs import EVAL_SEED
 from diffpolicy_ros.sim import make_env
 
 
@@ -32,11 +34,11 @@ def evaluate_policy(
     policy: nn.Module,
     task: str = "push",
     episodes: int = 50,
-    seed: int = 10_000,
+    seed: int = EVAL_SEED,
     obs_mode: str = "state",
     device: str = "cpu",
     ddim_steps: int | None = None,
-    execute_horizon: int = 4,
+    execute_horizon: int = EXECUTE_HORIZON,
     parallel: int = 10,
     progress: bool = True,
     env_kwargs: dict | None = None,

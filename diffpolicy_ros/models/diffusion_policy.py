@@ -5,9 +5,14 @@ Roles are split as in Diffusion Policy / LeRobot: :class:`MultimodalEncoder` (ob
 likelihood, see its module docstring) and this wrapper, which owns the action normalizer and exposes:
 
 - ``bc_loss(obs, actions)``: the DDPM epsilon-prediction loss (behaviour cloning);
-- ``sample(cond, ...)``: DDIM sampling, optionally returning the whole denoising chain (for PPO);
-- ``chain_log_prob(cond, chain, ...)``: the log-probability of a recorded chain under the current weights;
-- ``predict_chunk(obs)``: observation dict -> unnormalized chunk in m/s (inference mode).
+- ``sample(cond, ...)``: DDIM sampling (one loop, :meth:`denoise`), optionally returning the whole chain;
+- ``predict_chunk(obs)``: observation dict -> unnormalized chunk in m/s (inference mode);
+- the PPO head interface (:class:`~diffpolicy_ros.models.heads.PolicyHead`): ``explore`` (the fine-tuning
+  sampler, whose record is the denoising chain), ``record_log_prob`` (the chain's log-probability under the
+  current weights), ``record_action``, ``record_shape``.
+
+The sampler settings (``ddim_steps``, ``eta``, ``min_std``, ``finetune_steps``, ``stochastic``) live in
+:class:`DiffusionPolicyConfig` only; PPO changes them through ``PPOConfig.sampler`` (see ``models/heads.py``).
 """
 
 from __future__ import annotations
@@ -18,16 +23,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from diffpolicy_ros.contract import ACTION_DIM, CHUNK_HORIZON
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
 from diffpolicy_ros.models.normalizer import RangeNormalizer
-from diffpolicy_ros.models.scheduler import NoiseSchedule, NoiseScheduleConfig, gaussian_log_prob
+from diffpolicy_ros.models.scheduler import (
+    DDIMCoefficients,
+    NoiseSchedule,
+    NoiseScheduleConfig,
+    gaussian_log_prob,
+)
 from diffpolicy_ros.models.unet1d import ConditionalUnet1D, UNetConfig
 
 
 @dataclass
 class DiffusionPolicyConfig:
-    horizon: int = 16
-    action_dim: int = 3
+    horizon: int = CHUNK_HORIZON
+    action_dim: int = ACTION_DIM
     ddim_steps: int = 10
     eta: float = 0.0  # deployment DDIM eta: 0 = classic deterministic DDIM (BC); after PPO the fine-tuning eta
     min_std: float = 0.1  # DPPO: floor of the per-step sampling / likelihood std while fine-tuning
@@ -39,6 +50,21 @@ class DiffusionPolicyConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     unet: UNetConfig = field(default_factory=UNetConfig)
     schedule: NoiseScheduleConfig = field(default_factory=NoiseScheduleConfig)
+
+    def __post_init__(self) -> None:
+        """Settings the network cannot run with are errors here, naming the setting (LeRobot's practice)."""
+        levels = len(self.unet.down_dims) - 1  # stride-2 downsamplings in the U-Net
+        if self.horizon < 1 or self.horizon % 2**levels:
+            raise ValueError(
+                f"horizon {self.horizon} cannot be downsampled {levels} times by the U-Net "
+                f"(down_dims {list(self.unet.down_dims)}): use a multiple of {2**levels}"
+            )
+        if not 1 <= self.ddim_steps <= self.schedule.num_train_timesteps:
+            raise ValueError(f"ddim_steps must be in [1, {self.schedule.num_train_timesteps}], got {self.ddim_steps}")
+        if not 1 <= self.finetune_steps:
+            raise ValueError(f"finetune_steps must be >= 1, got {self.finetune_steps}")
+        if self.eta < 0 or self.min_std < 0:
+            raise ValueError(f"eta and min_std must be >= 0, got eta {self.eta}, min_std {self.min_std}")
 
 
 class DiffusionPolicy(nn.Module):
@@ -60,7 +86,37 @@ class DiffusionPolicy(nn.Module):
         t = torch.randint(0, self.schedule.num_train_timesteps, (x0.shape[0],), device=x0.device)
         return F.mse_loss(self.unet(self.schedule.q_sample(x0, t, noise), t, cond), noise)
 
-    # ---------------------------------------------------------------- sampling and likelihood
+    # ---------------------------------------------------------------- sampling: one DDIM loop
+    def draw_noise(
+        self, batch: int, ddim_steps: int, stochastic: bool, generator: torch.Generator | None, device
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x_T [B, H, A] and, for a stochastic chain, every step's noise [K, B, H, A] — in this order, so any
+        caller with the same generator state draws the same chain (training, evaluation, deployment)."""
+        shape = (batch, self.config.horizon, self.config.action_dim)
+        x_t = torch.randn(shape, generator=generator, device=device)
+        steps = torch.randn((ddim_steps, *shape), generator=generator, device=device) if stochastic else None
+        return x_t, steps
+
+    def denoise(
+        self,
+        x_t: torch.Tensor,
+        films: list,
+        coefs: DDIMCoefficients,
+        stds: torch.Tensor,
+        step_noise: torch.Tensor | None,
+        return_chain: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The DDIM loop (eager, and traced by ``ChunkPredictor``; the native kernel is its C++ twin):
+        x_T -> clipped normalized chunk, and the chain [x_T, ..., x_0] when asked. No host syncs inside."""
+        x, chain = x_t, [x_t]
+        for k in range(len(films)):
+            x = self.schedule.ddim_mean(x, self.unet.forward_with_film(x, films[k]), coefs, k)
+            if step_noise is not None:
+                x = x + stds[k] * step_noise[k]
+            if return_chain:
+                chain.append(x)
+        return x.clamp(-1.0, 1.0), chain
+
     def sample(
         self,
         cond: torch.Tensor,
@@ -73,69 +129,67 @@ class DiffusionPolicy(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Normalized chunk [B, H, A]; with ``return_chain`` also the chain [B, K+1, H, A] (x_T first).
 
-        ``min_std`` (PPO exploration) floors the per-step std so every recorded step has a density.
-        ``noise``: add the per-step noise (default: when eta > 0 or min_std); False follows the means.
-        The loop has no host synchronization: all constants are computed before it.
+        Settings default to the policy config's. ``min_std`` (PPO exploration) floors the per-step std so
+        every recorded step has a density. ``noise``: add the per-step noise (default: when eta > 0 or
+        min_std); False follows the means.
         """
-        cfg = self.config
-        steps = ddim_steps or cfg.ddim_steps
-        eta = cfg.eta if eta is None else eta
+        steps = ddim_steps or self.config.ddim_steps
+        eta = self.config.eta if eta is None else eta
         coefs = self.schedule.ddim_coefficients(steps, eta)
-        stds = coefs[:, 4].clamp(min=min_std) if min_std else coefs[:, 4]
+        stochastic = (eta > 0 or bool(min_std)) if noise is None else noise
+        x_t, step_noise = self.draw_noise(cond.shape[0], steps, stochastic, generator, cond.device)
         films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
-        shape = (cond.shape[0], cfg.horizon, cfg.action_dim)
-        add_noise = (eta > 0 or bool(min_std)) if noise is None else noise
-        x = torch.randn(shape, device=cond.device, generator=generator)
-        chain = [x] if return_chain else None
-        for k in range(steps):
-            mean = self.schedule.ddim_mean(x, self.unet.forward_with_film(x, films[k]), coefs[k])
-            x = mean + stds[k] * torch.randn(shape, device=cond.device, generator=generator) if add_noise else mean
-            if return_chain:
-                chain.append(x)
-        x = x.clamp(-1.0, 1.0)
+        x, chain = self.denoise(x_t, films, coefs, coefs.stds(min_std), step_noise, return_chain)
         return (x, torch.stack(chain, dim=1)) if return_chain else x
 
-    def chain_log_prob(
-        self,
-        cond: torch.Tensor,
-        chain: torch.Tensor,
-        ddim_steps: int | None = None,
-        eta: float | None = None,
-        min_std: float | None = None,
-        last_k: int | None = None,
-        per_step: bool = False,
-        actions: int | None = None,
+    @torch.inference_mode()
+    def predict_chunk(
+        self, obs: dict, ddim_steps: int | None = None, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Observation batch -> unnormalized action chunk [B, H, A] in m/s (the deployment sampler)."""
+        cfg = self.config
+        cond = self.encoder(obs)
+        min_std = cfg.min_std if cfg.stochastic else None
+        x = self.sample(cond, ddim_steps, min_std=min_std, noise=cfg.stochastic, generator=generator)
+        return self.action_norm.unnormalize(x)
+
+    # ---------------------------------------------------------------- the PPO head interface (models/heads.py)
+    def explore(
+        self, cond: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalized chunk, record = the whole chain [B, K+1, H, A]) drawn with the fine-tuning sampler."""
+        cfg = self.config
+        return self.sample(cond, cfg.ddim_steps, cfg.eta, cfg.min_std, return_chain=True, generator=generator)
+
+    def record_shape(self) -> tuple[int, ...]:
+        return (self.config.ddim_steps + 1, self.config.horizon, self.config.action_dim)
+
+    def record_action(self, record: torch.Tensor) -> torch.Tensor:
+        return record[:, -1].clamp(-1.0, 1.0)
+
+    def record_log_prob(
+        self, cond: torch.Tensor, record: torch.Tensor, per_step: bool = False, actions: int | None = None
     ) -> torch.Tensor:
         """log pi_theta(chain) [B]: sum of the Gaussian step log-densities of the last K' steps
         (``per_step``: the K' terms themselves, [B, K']). ``actions``: only the chunk's first ``actions``
-        actions enter the densities (the executed ones; default all)."""
+        actions enter the densities (the executed ones; default all). Maths in ``models/scheduler.py``."""
         cfg = self.config
-        steps = ddim_steps or cfg.ddim_steps
-        eta = cfg.eta if eta is None else eta
-        min_std = cfg.min_std if min_std is None else min_std
-        last_k = min(last_k or cfg.finetune_steps, steps)
-        coefs = self.schedule.ddim_coefficients(steps, eta)
-        stds = coefs[:, 4].clamp(min=min_std)
+        steps = cfg.ddim_steps
+        last_k = min(cfg.finetune_steps, steps)
+        coefs = self.schedule.ddim_coefficients(steps, cfg.eta)
+        stds = coefs.stds(cfg.min_std)
         timesteps = self.schedule.ddim_timesteps(steps)
         batch = cond.shape[0]
         ks = list(range(steps - last_k, steps))
         # all fine-tuned steps in one batched U-Net call
-        x_t = torch.cat([chain[:, k] for k in ks])
+        x_t = torch.cat([record[:, k] for k in ks])
         t = torch.tensor([timesteps[k] for k in ks], device=cond.device).repeat_interleave(batch)
         eps = self.unet(x_t, t, cond.repeat(len(ks), 1))
         h = actions or cfg.horizon
         terms = []
         for i, k in enumerate(ks):
             rows = slice(i * batch, (i + 1) * batch)
-            mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs[k])[:, :h]
-            terms.append(gaussian_log_prob(chain[:, k + 1, :h].float(), mean.float(), stds[k]))  # fp32 under AMP
+            mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs, k)[:, :h]
+            terms.append(gaussian_log_prob(record[:, k + 1, :h].float(), mean.float(), stds[k]))  # fp32 under AMP
         logp = torch.stack(terms, dim=1)
         return logp if per_step else logp.sum(1)
-
-    @torch.inference_mode()
-    def predict_chunk(self, obs: dict, ddim_steps: int | None = None) -> torch.Tensor:
-        """Observation batch -> unnormalized action chunk [B, H, A] in m/s (the deployment call)."""
-        cfg = self.config
-        cond = self.encoder(obs)
-        x = self.sample(cond, ddim_steps, min_std=cfg.min_std if cfg.stochastic else None, noise=cfg.stochastic)
-        return self.action_norm.unnormalize(x)

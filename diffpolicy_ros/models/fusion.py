@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from diffpolicy_ros.contract import PROPRIO_DIM
 from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, mlp
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
@@ -29,7 +30,7 @@ class FusionConfig:
     # "hashed": learned word embeddings (no download); "minilm": frozen pretrained all-MiniLM-L6-v2 sentence
     # embedding + a learned projection (instructions a demo set never contained still land near their meaning)
     text_encoder: str = "hashed"
-    proprio_dim: int = 16
+    proprio_dim: int = PROPRIO_DIM
     extra_state_dim: int = 0  # e.g. 4 for the two-goal task's goals[2, 2]
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Normal
 
+from diffpolicy_ros.contract import ACTION_DIM, CHUNK_HORIZON
 from diffpolicy_ros.models.encoders import mlp
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
 from diffpolicy_ros.models.normalizer import RangeNormalizer
@@ -17,10 +18,11 @@ from diffpolicy_ros.models.normalizer import RangeNormalizer
 
 @dataclass
 class GaussianPolicyConfig:
-    horizon: int = 16
-    action_dim: int = 3
+    horizon: int = CHUNK_HORIZON
+    action_dim: int = ACTION_DIM
     hidden: int = 256
     init_log_std: float = -1.0
+    min_std: float = 0.1  # floor of the exploration / likelihood std while fine-tuning with PPO
     fusion: FusionConfig = field(default_factory=FusionConfig)
 
 
@@ -44,5 +46,35 @@ class GaussianPolicy(nn.Module):
         return F.mse_loss(self.mean(cond), self.action_norm.normalize(actions))
 
     @torch.inference_mode()
-    def predict_chunk(self, obs: dict, ddim_steps: int | None = None) -> torch.Tensor:
+    def predict_chunk(
+        self, obs: dict, ddim_steps: int | None = None, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """The mean chunk in m/s (``ddim_steps`` and ``generator`` are the diffusion head's; unused here)."""
         return self.action_norm.unnormalize(self.mean(self.encoder(obs)))
+
+    # ---------------------------------------------------------------- the PPO head interface (models/heads.py)
+    def std(self) -> torch.Tensor:
+        return self.log_std.exp().clamp(min=self.config.min_std)
+
+    def explore(
+        self, cond: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalized chunk in [-1, 1], record = the pre-clamp sample [B, H, A])."""
+        mean = self.mean(cond).float()
+        sample = mean + self.std() * torch.randn(mean.shape, device=mean.device, generator=generator)
+        return sample.clamp(-1.0, 1.0), sample
+
+    def record_shape(self) -> tuple[int, ...]:
+        return (self.config.horizon, self.config.action_dim)
+
+    def record_action(self, record: torch.Tensor) -> torch.Tensor:
+        return record.clamp(-1.0, 1.0)
+
+    def record_log_prob(
+        self, cond: torch.Tensor, record: torch.Tensor, per_step: bool = False, actions: int | None = None
+    ) -> torch.Tensor:
+        """log N(record; mean, std) [B] over the first ``actions`` actions (``per_step`` has no meaning for a
+        one-step head: the result is [B] either way)."""
+        h = actions or self.config.horizon
+        dist = Normal(self.mean(cond).float()[:, :h], self.std()[:h])
+        return dist.log_prob(record[:, :h].float()).flatten(1).sum(1)

@@ -32,7 +32,7 @@ from torch import nn
 
 from diffpolicy_ros.device import autocast_settings, device_type
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
-from diffpolicy_ros.models.native import native_kernel, unet_weights
+from diffpolicy_ros.models.native import native_kernel, unet_layout
 from diffpolicy_ros.models.obs import obs_to_torch
 
 
@@ -73,7 +73,8 @@ def _with_matmul_convs(module: nn.Module, min_fan_in: int) -> nn.Module:
 
 
 class _TracedSampler(nn.Module):
-    """Pure-tensor signature for tracing: (observation tensors incl. the encoded instruction, noise) -> chunk in m/s."""
+    """Pure-tensor signature for tracing: (observation tensors incl. the encoded instruction, noise) -> chunk in
+    m/s. The loop is the policy's own :meth:`DiffusionPolicy.denoise`."""
 
     def __init__(self, policy: DiffusionPolicy, ddim_steps: int):
         super().__init__()
@@ -84,16 +85,12 @@ class _TracedSampler(nn.Module):
     def forward(self, obs_tensors: dict[str, torch.Tensor], noise: torch.Tensor, step_noise: torch.Tensor):
         """``noise`` [B, H, A] is x_T; ``step_noise`` [K, B, H, A] the per-step noise of a stochastic policy
         (ignored, and zeros, for a deterministic one)."""
-        p = self.policy
-        cond = p.encoder(obs_tensors)
-        coefs = p.schedule.ddim_coefficients(self.steps, p.config.eta)
-        films = p.unet.film_for_steps(self.timesteps, cond)
-        x = noise
-        for k in range(self.steps):
-            x = p.schedule.ddim_mean(x, p.unet.forward_with_film(x, films[k]), coefs[k])
-            if p.config.stochastic:
-                x = x + coefs[k, 4].clamp(min=p.config.min_std) * step_noise[k]
-        return p.action_norm.unnormalize(x.clamp(-1.0, 1.0))
+        p, cfg = self.policy, self.policy.config
+        films = p.unet.film_for_steps(self.timesteps, p.encoder(obs_tensors))
+        coefs = p.schedule.ddim_coefficients(self.steps, cfg.eta)
+        stds = coefs.stds(cfg.min_std if cfg.stochastic else None)
+        x, _ = p.denoise(noise, films, coefs, stds, step_noise if cfg.stochastic else None)
+        return p.action_norm.unnormalize(x)
 
 
 class _Conditioner(nn.Module):
@@ -115,18 +112,19 @@ class _NativeLoop:
     def __init__(self, kernel, policy: DiffusionPolicy, ddim_steps: int):
         cfg = policy.config
         self.kernel = kernel
-        self.weights = unet_weights(policy.unet)
+        self.layout = unet_layout(policy.unet)
         self.dims = [cfg.action_dim, *cfg.unet.down_dims]
-        self.coefs = policy.schedule.ddim_coefficients(ddim_steps, cfg.eta).float().contiguous()
-        self.stds = self.coefs[:, 4].clamp(min=cfg.min_std) if cfg.stochastic else self.coefs[:, 4]
+        coefs = policy.schedule.ddim_coefficients(ddim_steps, cfg.eta)
+        self.coefs = coefs.packed()
+        self.stds = coefs.stds(cfg.min_std if cfg.stochastic else None).float().contiguous()
         self.stochastic = cfg.stochastic
-        self.kernel_size, self.groups = cfg.unet.kernel_size, cfg.unet.n_groups
         self.clip_sample = policy.schedule.config.clip_sample
 
     def __call__(self, films: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        lay = self.layout
         return self.kernel.unet_ddim(
-            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), self.weights,
-            self.dims, self.kernel_size, self.groups, self.clip_sample, self.stochastic,
+            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), lay.weights,
+            self.dims, lay.convs, lay.norms, self.clip_sample, self.stochastic,
         )  # fmt: skip
 
 
@@ -147,12 +145,13 @@ class ChunkPredictor:
     def __init__(self, policy: nn.Module, device: str = "cpu", ddim_steps: int | None = None, backend: str = "auto"):
         self.policy = policy.to(device).eval()
         self.device = device
-        self.is_diffusion = isinstance(policy, DiffusionPolicy)
-        self.ddim_steps = ddim_steps or (policy.config.ddim_steps if self.is_diffusion else None)
+        # the traced / native backends compile the DDIM loop; a head without one (Gaussian) runs eagerly
+        denoises = isinstance(policy, DiffusionPolicy)
+        self.ddim_steps = ddim_steps or getattr(policy.config, "ddim_steps", None)
         if backend not in ("auto", "eager", "fast", "traced", "native"):
             raise ValueError(f"backend must be auto|eager|fast|traced|native, got {backend!r}")
         on_cpu = device_type(device) == "cpu"
-        if not self.is_diffusion or (backend == "auto" and not on_cpu):
+        if not denoises or (backend == "auto" and not on_cpu):
             backend = "eager"
         elif backend in ("auto", "fast", "native"):
             if not on_cpu:
@@ -162,18 +161,16 @@ class ChunkPredictor:
         self._autocast = autocast_settings(device)
         self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self._native = _NativeLoop(native_kernel(), self.policy, self.ddim_steps) if backend == "native" else None
+        self._eager = self._eager_denoising if denoises else lambda batch, generator: self.policy.predict_chunk(batch)
         self.matmul_conv_min_fan_in = 640  # traced backend: C_in * K from which a conv runs faster as a GEMM
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, obs: dict, generator: torch.Generator | None = None) -> np.ndarray:
         batch = obs_to_torch(obs, self.device)
         with torch.inference_mode():
-            if self.backend == "eager" or not self.is_diffusion:
+            if self.backend == "eager":
                 with torch.autocast(**self._autocast.kwargs()):
-                    if self.is_diffusion:
-                        out = self._eager(batch, *self._noise(batch, generator))
-                    else:
-                        out = self.policy.predict_chunk(batch)
+                    out = self._eager(batch, generator)
             elif self.backend == "native":
                 out = self._native_call(batch, *self._noise(batch, generator))
             else:
@@ -181,12 +178,13 @@ class ChunkPredictor:
         return out.float().cpu().numpy()
 
     def _noise(self, batch: dict, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x_T, and the per-step noise of a stochastic policy (zeros otherwise), drawn on the host."""
+        """x_T, and the per-step noise of a stochastic policy (zeros otherwise), drawn on the host in the
+        policy's own order (:meth:`DiffusionPolicy.draw_noise`): the same generator state gives the chunk
+        ``DiffusionPolicy.sample`` gives."""
         cfg = self.policy.config
-        shape = (batch["proprio"].shape[0], cfg.horizon, cfg.action_dim)
-        x_t = torch.randn(shape, generator=generator)
-        steps = torch.randn((self.ddim_steps, *shape), generator=generator) if cfg.stochastic else None
-        steps = torch.zeros((self.ddim_steps, *shape)) if steps is None else steps
+        n = batch["proprio"].shape[0]
+        x_t, steps = self.policy.draw_noise(n, self.ddim_steps, cfg.stochastic, generator, "cpu")
+        steps = torch.zeros((self.ddim_steps, *x_t.shape)) if steps is None else steps
         return x_t.to(self.device), steps.to(self.device)
 
     def _tensors(self, batch: dict) -> dict[str, torch.Tensor]:
@@ -196,8 +194,9 @@ class ChunkPredictor:
             tensors.update(self.policy.encoder.text.inputs(batch["instruction"], self.device))
         return tensors
 
-    def _eager(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
-        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), noise, step_noise)
+    def _eager_denoising(self, batch: dict, generator: torch.Generator | None) -> torch.Tensor:
+        """The reference: the same sampler module the traced backend compiles, run step by step."""
+        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), *self._noise(batch, generator))
 
     def _graph(self, batch_size: int, tensors: dict, build) -> torch.jit.ScriptModule:
         key = (batch_size, tuple(sorted(tensors)))  # a graph bakes in the batch size
@@ -232,5 +231,5 @@ class ChunkPredictor:
         fast = self(obs, torch.Generator().manual_seed(seed))
         batch = obs_to_torch(obs, self.device)
         with torch.inference_mode():
-            ref = self._eager(batch, *self._noise(batch, torch.Generator().manual_seed(seed)))
+            ref = self._eager(batch, torch.Generator().manual_seed(seed))
         return float(np.abs(fast - ref.float().cpu().numpy()).max())

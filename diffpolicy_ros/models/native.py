@@ -5,9 +5,9 @@ compiler and ninja) into ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_ext
 version; ``make setup`` builds it, so nodes and tests find it ready. Where it cannot be built (no compiler),
 :func:`native_kernel` returns None and the caller keeps the traced TorchScript path.
 
-:func:`unet_weights` lays out a :class:`ConditionalUnet1D`'s weights in the order the C++ side reads them,
+:func:`unet_layout` lays out a :class:`ConditionalUnet1D`'s weights in the order the C++ side reads them,
 each conv pre-transposed to ``[K * C_in, C_out]`` (rows ordered (tap, input channel)) so a convolution is
-one im2col copy and one GEMM on token-major activations.
+one im2col copy and one GEMM on token-major activations, together with every layer's geometry.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import shutil
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -52,38 +53,61 @@ def native_kernel(verbose: bool = False) -> ModuleType | None:
         return None
 
 
-def _conv(conv: nn.Module) -> list[torch.Tensor]:
-    w = conv.weight.detach().float()
-    if isinstance(conv, nn.ConvTranspose1d):  # [C_in, C_out, K]
-        wt = w.permute(2, 0, 1).reshape(-1, w.shape[1])
-    else:  # [C_out, C_in, K]
-        wt = w.permute(2, 1, 0).reshape(-1, w.shape[0])
-    return [wt.contiguous(), conv.bias.detach().float().contiguous()]
+@dataclass
+class UNetLayout:
+    """What the C++ reader walks: the weights in its order, and each layer's shape as the Python modules
+    define it (kernel / stride / padding / transposed per conv, groups per GroupNorm), so the kernel hard-codes
+    no layer geometry."""
+
+    weights: list[torch.Tensor] = field(default_factory=list)
+    convs: list[int] = field(default_factory=list)  # 4 per conv
+    norms: list[int] = field(default_factory=list)  # 1 per GroupNorm
+
+    def conv(self, conv: nn.Module) -> None:
+        if conv.dilation != (1,) or conv.groups != 1 or conv.padding_mode != "zeros":
+            raise ValueError(f"the native kernel supports plain convolutions only, not {conv}")
+        w = conv.weight.detach().float()
+        if isinstance(conv, nn.ConvTranspose1d):  # [C_in, C_out, K]
+            wt = w.permute(2, 0, 1).reshape(-1, w.shape[1])
+            if conv.output_padding != (0,):
+                raise ValueError("the native kernel assumes output_padding 0")
+        else:  # [C_out, C_in, K]
+            wt = w.permute(2, 1, 0).reshape(-1, w.shape[0])
+        self.weights += [wt.contiguous(), conv.bias.detach().float().contiguous()]
+        self.convs += [conv.kernel_size[0], conv.stride[0], conv.padding[0], int(isinstance(conv, nn.ConvTranspose1d))]
+
+    def norm(self, norm: nn.GroupNorm) -> None:
+        if norm.eps != 1e-5:
+            raise ValueError("the native kernel assumes GroupNorm eps 1e-5")
+        self.weights += [norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous()]
+        self.norms.append(norm.num_groups)
+
+    def conv_block(self, block: Conv1dBlock) -> None:
+        self.conv(block[0])
+        self.norm(block[1])
+
+    def res_block(self, block: FiLMResBlock) -> None:
+        self.conv_block(block.block1)
+        self.conv_block(block.block2)
+        if isinstance(block.residual, nn.Conv1d):
+            self.conv(block.residual)
 
 
-def _norm(norm: nn.GroupNorm) -> list[torch.Tensor]:
-    if norm.eps != 1e-5:
-        raise ValueError("the native kernel assumes GroupNorm eps 1e-5")
-    return [norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous()]
-
-
-def _conv_block(block: Conv1dBlock) -> list[torch.Tensor]:
-    return _conv(block[0]) + _norm(block[1])
-
-
-def _res_block(block: FiLMResBlock) -> list[torch.Tensor]:
-    out = _conv_block(block.block1) + _conv_block(block.block2)
-    return out + (_conv(block.residual) if isinstance(block.residual, nn.Conv1d) else [])
-
-
-def unet_weights(unet: ConditionalUnet1D) -> list[torch.Tensor]:
-    """Flat weight list in the C++ reader's order: down levels (2 blocks, downsample), mid, up levels
-    (2 blocks, upsample), final block and output conv."""
-    out: list[torch.Tensor] = []
+def unet_layout(unet: ConditionalUnet1D) -> UNetLayout:
+    """Weights and layer geometry in the C++ reader's order: down levels (2 blocks, downsample), mid, up
+    levels (2 blocks, upsample), final block and output conv."""
+    out = UNetLayout()
     for res1, res2, down in unet.down:
-        out += _res_block(res1) + _res_block(res2) + (_conv(down) if isinstance(down, nn.Conv1d) else [])
+        out.res_block(res1)
+        out.res_block(res2)
+        if isinstance(down, nn.Conv1d):
+            out.conv(down)
     for res in unet.mid:
-        out += _res_block(res)
+        out.res_block(res)
     for res1, res2, up in unet.up:
-        out += _res_block(res1) + _res_block(res2) + _conv(up)
-    return out + _conv_block(unet.final[0]) + _conv(unet.final[1])
+        out.res_block(res1)
+        out.res_block(res2)
+        out.conv(up)
+    out.conv_block(unet.final[0])
+    out.conv(unet.final[1])
+    return out

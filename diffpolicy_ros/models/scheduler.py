@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -77,11 +78,9 @@ class NoiseSchedule(nn.Module):
         ratio = self.num_train_timesteps // num_inference_steps
         return [i * ratio for i in reversed(range(num_inference_steps))]
 
-    def ddim_coefficients(self, num_inference_steps: int, eta: float) -> torch.Tensor:
-        """Per-step constants [K, 5]: sqrt(ab_t), sqrt(1-ab_t), sqrt(ab_prev), dir coef, sigma.
-
-        Computed once per (K, eta) so the denoising loop does no schedule arithmetic.
-        """
+    def ddim_coefficients(self, num_inference_steps: int, eta: float) -> DDIMCoefficients:
+        """Per-step constants (each [K]), computed once per (K, eta) so the denoising loop does no schedule
+        arithmetic."""
         ts = self.ddim_timesteps(num_inference_steps)
         ratio = self.num_train_timesteps // num_inference_steps
         ab = self.alphas_cumprod
@@ -92,17 +91,35 @@ class NoiseSchedule(nn.Module):
             ab_prev = ab[t - ratio] if t - ratio >= 0 else one
             var = (1 - ab_prev) / (1 - ab_t) * (1 - ab_t / ab_prev)
             sigma = eta * var.clamp(min=0).sqrt()
-            dir_coef = (1 - ab_prev - sigma**2).clamp(min=0).sqrt()
-            rows.append(torch.stack([ab_t.sqrt(), (1 - ab_t).sqrt(), ab_prev.sqrt(), dir_coef, sigma]))
-        return torch.stack(rows)
+            direction = (1 - ab_prev - sigma**2).clamp(min=0).sqrt()
+            rows.append(torch.stack([ab_t.sqrt(), (1 - ab_t).sqrt(), ab_prev.sqrt(), direction, sigma]))
+        return DDIMCoefficients(*torch.stack(rows).unbind(1))
 
-    def ddim_mean(self, x_t: torch.Tensor, eps: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
-        """Mean of x_{t'} given x_t and the predicted noise, for one row of :meth:`ddim_coefficients`."""
-        sqrt_ab, sqrt_one_minus_ab, sqrt_ab_prev, dir_coef = coef[0], coef[1], coef[2], coef[3]
-        x0 = (x_t - sqrt_one_minus_ab * eps) / sqrt_ab
+    def ddim_mean(self, x_t: torch.Tensor, eps: torch.Tensor, coefs: DDIMCoefficients, k: int) -> torch.Tensor:
+        """Mean of x_{t'} given x_t and the predicted noise at DDIM step ``k``."""
+        x0 = (x_t - coefs.sqrt_one_minus_alpha_bar[k] * eps) / coefs.sqrt_alpha_bar[k]
         if self.config.clip_sample:
             x0 = x0.clamp(-1.0, 1.0)
-        return sqrt_ab_prev * x0 + dir_coef * eps
+        return coefs.sqrt_alpha_bar_prev[k] * x0 + coefs.direction[k] * eps
+
+
+class DDIMCoefficients(NamedTuple):
+    """The DDIM step constants, each [K] (step k goes from timestep t to the previous one t'):
+    sqrt(ab_t), sqrt(1 - ab_t), sqrt(ab_t'), the coefficient of eps in the mean, and sigma (eta's noise)."""
+
+    sqrt_alpha_bar: torch.Tensor
+    sqrt_one_minus_alpha_bar: torch.Tensor
+    sqrt_alpha_bar_prev: torch.Tensor
+    direction: torch.Tensor
+    sigma: torch.Tensor
+
+    def stds(self, min_std: float | None) -> torch.Tensor:
+        """Per-step sampling / likelihood std: sigma floored at ``min_std`` (DPPO), or sigma itself."""
+        return self.sigma.clamp(min=min_std) if min_std else self.sigma
+
+    def packed(self) -> torch.Tensor:
+        """[K, 5] float32 in field order: the native kernel's layout (its ``Coef`` enum follows ``_fields``)."""
+        return torch.stack(list(self), dim=1).float().contiguous()
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:

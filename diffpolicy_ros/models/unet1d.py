@@ -19,10 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from diffpolicy_ros.contract import ACTION_DIM
+
 
 @dataclass
 class UNetConfig:
-    action_dim: int = 3
+    action_dim: int = ACTION_DIM  # set from the policy config
     down_dims: list[int] = field(default_factory=lambda: [64, 128, 256])
     kernel_size: int = 5
     n_groups: int = 8

@@ -12,7 +12,8 @@ import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
-from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, run_node
+from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
+from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
 
 
@@ -34,23 +35,22 @@ class CameraNode(Node):
         self.declare_parameter("camera_name", "top")
         self.declare_parameter("input_topic", "")  # default /cameras/<name>/image_raw
         self.declare_parameter("device", "")  # OpenCV device index or URL; overrides input_topic
-        self.declare_parameter("device_rate_hz", 30.0)
-        self.declare_parameter("image_size", 128)
+        device_rate_hz = parameter(self, "device_rate_hz", 30.0, positive, "must be > 0")
+        self.size = parameter(self, "image_size", IMAGE_SIZE, positive, "must be > 0 (px)")
         self.declare_parameter("crop_square", True)
         name = self.get_parameter("camera_name").value
-        self.size = int(self.get_parameter("image_size").value)
         self.crop = bool(self.get_parameter("crop_square").value)
         self.frame_id = f"{name}_camera"
-        self.pub = self.create_publisher(Image, f"/policy/camera/{name}", 5)
+        self.pub = self.create_publisher(Image, policy_camera_topic(name), 5)
         device = str(self.get_parameter("device").value)
         self.capture = None
         if device:
             self.capture = cv2.VideoCapture(int(device) if device.isdigit() else device)
             if not self.capture.isOpened():
                 raise RuntimeError(f"camera_node: cannot open capture device {device!r}")
-            self.create_timer(1.0 / float(self.get_parameter("device_rate_hz").value), self.on_capture)
+            self.create_timer(1.0 / device_rate_hz, self.on_capture)
         else:
-            topic = self.get_parameter("input_topic").value or f"/cameras/{name}/image_raw"
+            topic = self.get_parameter("input_topic").value or raw_camera_topic(name)
             self.create_subscription(Image, topic, self.on_image, SENSOR_QOS)
 
     def on_image(self, msg: Image) -> None:

@@ -8,20 +8,30 @@ When no valid, fresh chunk covers ``now`` it sends zero twist: a robot without c
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 import numpy as np
 from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
-from diffpolicy_ros.nodes.common import COMMAND_QOS, WARN_THROTTLE_S, Diagnostics, run_node
+from diffpolicy_ros.contract import ACTION_CHUNK_TOPIC, CHUNK_HORIZON, CMD_TWIST_TOPIC, CONTROL_PERIOD_S, WORLD_FRAME
+from diffpolicy_ros.nodes.common import (
+    COMMAND_QOS,
+    STATS_WINDOW,
+    WARN_THROTTLE_S,
+    Diagnostics,
+    parameter,
+    positive,
+    run_node,
+)
 from diffpolicy_ros.nodes.conversions import MessageError, make_twist, stamp_to_sec, trajectory_to_chunk
 
 
 class ChunkPlayer:
     """The executor's logic, free of ROS: which velocity to command at time ``now``."""
 
-    def __init__(self, dt: float = 0.1, future_tolerance: float = 0.05):
+    def __init__(self, dt: float = CONTROL_PERIOD_S, future_tolerance: float = 0.05):
         self.dt, self.future_tolerance = dt, future_tolerance
         self.chunk: np.ndarray | None = None
         self.start = -np.inf
@@ -50,21 +60,20 @@ class ChunkPlayer:
 class ChunkExecutor(Node):
     def __init__(self):
         super().__init__("chunk_executor")
-        self.declare_parameter("rate_hz", 10.0)
-        self.declare_parameter("horizon", 16)
-        self.declare_parameter("dt", 0.1)
-        self.declare_parameter("frame_id", "world")
-        self.horizon = int(self.get_parameter("horizon").value)
-        self.frame_id = self.get_parameter("frame_id").value
-        self.player = ChunkPlayer(float(self.get_parameter("dt").value))
+        rate_hz = parameter(self, "rate_hz", 1.0 / CONTROL_PERIOD_S, positive, "must be > 0")
+        self.horizon = parameter(self, "horizon", CHUNK_HORIZON, positive, "must be > 0 (points per chunk)")
+        dt = parameter(self, "dt", CONTROL_PERIOD_S, positive, "must be > 0")
+        self.frame_id = parameter(self, "frame_id", WORLD_FRAME, bool, "must not be empty")
+        self.player = ChunkPlayer(dt)
         self.lock = threading.Lock()
-        self.pub = self.create_publisher(TwistStamped, "/arm/cmd_twist", COMMAND_QOS)
+        self.pub = self.create_publisher(TwistStamped, CMD_TWIST_TOPIC, COMMAND_QOS)
         self.diag = Diagnostics(self)
-        self.create_subscription(MultiDOFJointTrajectory, "/policy/action_chunk", self.on_chunk, COMMAND_QOS)
-        period = 1.0 / float(self.get_parameter("rate_hz").value)
+        self.create_subscription(MultiDOFJointTrajectory, ACTION_CHUNK_TOPIC, self.on_chunk, COMMAND_QOS)
+        period = 1.0 / rate_hz
         self.create_timer(period, self.tick)
         self.create_timer(1.0, self.report)
-        self.ticks, self.zero_ticks, self.last_tick, self.jitter = 0, 0, None, []
+        self.ticks, self.zero_ticks, self.last_tick = 0, 0, None
+        self.jitter: deque[float] = deque(maxlen=STATS_WINDOW)
         self.period = period
 
     def now(self) -> float:
@@ -93,7 +102,7 @@ class ChunkExecutor(Node):
         self.last_tick = now
 
     def report(self) -> None:
-        jitter = np.array(self.jitter[-100:]) * 1e3 if self.jitter else np.zeros(1)
+        jitter = np.array(self.jitter or [0.0]) * 1e3
         self.diag.publish(
             {
                 "ticks": self.ticks,

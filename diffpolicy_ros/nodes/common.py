@@ -12,6 +12,8 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, Si
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
+from diffpolicy_ros.contract import DIAGNOSTICS_TOPIC
+
 # Sensor streams: newest sample wins, a lost frame is better than a late one.
 SENSOR_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
 # Commands (chunks, twists): reliable, but only the newest matters.
@@ -25,6 +27,37 @@ LATCHED_QOS = QoSProfile(
 )
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 WARN_THROTTLE_S = 2.0
+STATS_WINDOW = 100  # samples behind each rate / latency / jitter statistic on /diagnostics
+
+
+class ParameterError(ValueError):
+    """A node parameter the node cannot run with; the message names the parameter and why."""
+
+
+def parameter(node: Node, name: str, default, check: Callable | None = None, why: str = ""):
+    """Declare ``name`` and return its value, validated at start: a bad value stops the node with one line
+    naming the parameter, instead of a crash (or a silent wrong behaviour) later."""
+    if not node.has_parameter(name):
+        node.declare_parameter(name, default)
+    value = node.get_parameter(name).value
+    if check is not None and not check(value):
+        raise ParameterError(f"{node.get_name()}: parameter '{name}' = {value!r}: {why}")
+    return value
+
+
+def positive(value) -> bool:
+    return isinstance(value, (int, float)) and value > 0
+
+
+def checked_device(node: Node, name: str = "device", default: str = "auto") -> str:
+    """The ``device`` parameter resolved to an available device string (an unknown one is a ParameterError)."""
+    from diffpolicy_ros.device import resolve_device  # torch: only the nodes that run a model ask for it
+
+    value = parameter(node, name, default, lambda v: isinstance(v, str), "must be a string (auto|npu|cuda|cpu)")
+    try:
+        return resolve_device(value)
+    except (ValueError, RuntimeError) as exc:
+        raise ParameterError(f"{node.get_name()}: parameter '{name}' = {value!r}: {exc}") from exc
 
 
 class Diagnostics:
@@ -32,7 +65,7 @@ class Diagnostics:
 
     def __init__(self, node: Node):
         self.node = node
-        self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
+        self.pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, DIAGNOSTICS_QOS)
 
     def publish(self, values: dict, level: int = DiagnosticStatus.OK, message: str = "ok") -> None:
         status = DiagnosticStatus(
@@ -67,6 +100,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         executor.spin()
+    except ParameterError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -14,7 +14,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "config": "",  # trainer's policy/BC config (default config/policy/diffusion_state.yaml)
         "demos": "",
         "checkpoint": "",  # start the policy from this checkpoint instead of waiting for the trainer
-        "ddim_steps": "10",
+        "ddim_steps": "0",  # 0: the checkpoint's own
         "headless": "true",  # accepted for launch compatibility: MuJoCo always renders offscreen here
         "run_dir": "",
         "task": "push",
@@ -22,7 +22,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "real_time_factor": "1.0",
         "executor_rate_hz": "10.0",
         "iters": "2000",
-        "checkpoint_every": "500",
+        "eval_every": "500",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
         "ppo_env_steps": "200000",  # PPO fine-tuning after BC (0: BC only)
         "ppo_config": "",  # default config/train/push.yaml
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
@@ -30,7 +30,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
     "real_arm": {
         "checkpoint": "",
         "device": "auto",
-        "ddim_steps": "10",
+        "ddim_steps": "0",  # 0: the checkpoint's own
         "cmd_twist_topic": "/servo_node/delta_twist_cmds",  # MoveIt Servo's twist input
         "executor_rate_hz": "30.0",
         "instruction": "push the block to the target",
@@ -40,7 +40,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
     "replay_eval": {
         "checkpoint": "",
         "device": "auto",
-        "ddim_steps": "10",
+        "ddim_steps": "0",  # 0: the checkpoint's own
     },
 }
 
@@ -97,7 +97,7 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                     "run_dir": a["run_dir"],
                     "task": a["task"],
                     "iters": int(a["iters"]),
-                    "checkpoint_every": int(a["checkpoint_every"]),
+                    "eval_every": int(a["eval_every"]),
                     "ppo_env_steps": int(a["ppo_env_steps"]),
                     "ppo_config": a["ppo_config"],
                 },

@@ -7,26 +7,16 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import String
 
+from diffpolicy_ros.contract import DEFAULT_INSTRUCTION, INSTRUCTION_TOPIC, check_instruction
 from diffpolicy_ros.nodes.common import LATCHED_QOS, WARN_THROTTLE_S, run_node
-
-MAX_INSTRUCTION_CHARS = 256
-
-
-def check_instruction(text: str) -> str | None:
-    """The reason an instruction is unusable, or None."""
-    if not text.strip():
-        return "empty instruction"
-    if len(text) > MAX_INSTRUCTION_CHARS:
-        return f"instruction longer than {MAX_INSTRUCTION_CHARS} characters"
-    return None
 
 
 class InstructionNode(Node):
     def __init__(self):
         super().__init__("instruction_node")
-        self.declare_parameter("instruction", "push the block to the target")
+        self.declare_parameter("instruction", DEFAULT_INSTRUCTION)
         self.declare_parameter("relay_topic", "")  # e.g. /task/episode_instruction
-        self.pub = self.create_publisher(String, "/task/instruction", LATCHED_QOS)
+        self.pub = self.create_publisher(String, INSTRUCTION_TOPIC, LATCHED_QOS)
         relay = self.get_parameter("relay_topic").value
         if relay:
             self.create_subscription(String, relay, lambda m: self.publish(m.data), LATCHED_QOS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,9 +21,22 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
-from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.contract import ARM_JOINTS, CAMERAS, check_instruction
+from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.inference import ChunkPredictor
-from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, WARN_THROTTLE_S, Diagnostics, run_node
+from diffpolicy_ros.nodes.common import (
+    COMMAND_QOS,
+    LATCHED_QOS,
+    SENSOR_QOS,
+    STATS_WINDOW,
+    WARN_THROTTLE_S,
+    Diagnostics,
+    checked_device,
+    parameter,
+    positive,
+    run_node,
+)
 from diffpolicy_ros.nodes.conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -32,9 +46,6 @@ from diffpolicy_ros.nodes.conversions import (
     sec_to_stamp,
     stamp_to_sec,
 )
-from diffpolicy_ros.nodes.instruction_node import check_instruction
-from diffpolicy_ros.rl.checkpoint import CheckpointError, load_policy
-from diffpolicy_ros.sim.push_env import ARM_JOINTS, CAMERAS
 
 
 def assemble_observation(latest: dict, now: float, max_age: float, need_images: bool) -> tuple[dict, float]:
@@ -48,7 +59,9 @@ def assemble_observation(latest: dict, now: float, max_age: float, need_images: 
     if stale:
         raise MessageError(f"stale inputs (age s): {stale}")
     pos, vel = latest["joints"][1]
-    proprio = np.concatenate([pos, vel, latest["object"][1], latest["goal"][1]]).astype(np.float32)
+    proprio = np.empty(C.PROPRIO_DIM, np.float32)
+    for slot, value in zip(C.PROPRIO_SLICES, (pos, vel, latest["object"][1], latest["goal"][1])):
+        proprio[C.PROPRIO_SLICES[slot]] = value
     obs = {"proprio": proprio, "instruction": latest["instruction"][1]}
     if need_images:
         for cam in CAMERAS:
@@ -57,9 +70,9 @@ def assemble_observation(latest: dict, now: float, max_age: float, need_images: 
 
 
 def example_observation(images: bool) -> dict:
-    obs = {"proprio": np.zeros(16, np.float32), "instruction": "push the block to the target"}
+    obs = {"proprio": np.zeros(C.PROPRIO_DIM, np.float32), "instruction": C.DEFAULT_INSTRUCTION}
     if images:
-        obs.update({f"image_{c}": np.zeros((128, 128, 3), np.uint8) for c in CAMERAS})
+        obs.update({f"image_{c}": np.zeros(C.IMAGE_SHAPE, np.uint8) for c in CAMERAS})
     return obs
 
 
@@ -67,21 +80,16 @@ class PolicyNode(Node):
     def __init__(self):
         super().__init__("policy_node")
         self.declare_parameter("checkpoint", "")
-        self.declare_parameter("device", "auto")
-        self.declare_parameter("ddim_steps", 10)
-        self.declare_parameter("rate_hz", 10.0)
-        self.declare_parameter("max_obs_age_s", 0.35)
-        self.declare_parameter("chunk_dt", 0.1)
-        self.declare_parameter("frame_id", "world")
+        self.device = checked_device(self)
+        # 0: the checkpoint's own DDIM step count
+        self.ddim_steps = parameter(self, "ddim_steps", 0, lambda v: v >= 0, "must be >= 0 (0: the checkpoint's)")
+        rate_hz = parameter(self, "rate_hz", 1.0 / C.CONTROL_PERIOD_S, positive, "must be > 0")
+        self.max_age = parameter(self, "max_obs_age_s", 0.35, positive, "must be > 0")
+        self.dt = parameter(self, "chunk_dt", C.CONTROL_PERIOD_S, positive, "must be > 0")
+        self.frame_id = parameter(self, "frame_id", C.WORLD_FRAME, bool, "must not be empty")
         # One intra-op thread: batch-1 inference gains nothing from more, and several torch processes each
         # spinning OpenMP threads on a small CPU slow everything down by an order of magnitude.
-        self.declare_parameter("torch_threads", 1)
-        self.device = resolve_device(self.get_parameter("device").value)
-        self.ddim_steps = int(self.get_parameter("ddim_steps").value)
-        self.max_age = float(self.get_parameter("max_obs_age_s").value)
-        self.dt = float(self.get_parameter("chunk_dt").value)
-        self.frame_id = self.get_parameter("frame_id").value
-        threads = int(self.get_parameter("torch_threads").value)
+        threads = parameter(self, "torch_threads", 1, lambda v: v >= 0, "must be >= 0 (0: torch's default)")
         if threads > 0:
             import torch
 
@@ -94,20 +102,22 @@ class PolicyNode(Node):
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self.busy = threading.Event()
+        self.closing = threading.Event()
         self.stats = {"chunks": 0, "dropped_busy": 0, "refused_obs": 0, "reloads": 0, "failed_reloads": 0}
-        self.latencies: list[float] = []
-        self.ages: list[float] = []
+        self.latencies: deque[float] = deque(maxlen=STATS_WINDOW)  # bounded: a node runs for days
+        self.ages: deque[float] = deque(maxlen=STATS_WINDOW)
 
-        self.pub = self.create_publisher(MultiDOFJointTrajectory, "/policy/action_chunk", COMMAND_QOS)
+        self.pub = self.create_publisher(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, COMMAND_QOS)
         self.diag = Diagnostics(self)
         for cam in CAMERAS:
-            self.create_subscription(Image, f"/policy/camera/{cam}", lambda m, c=cam: self.on_image(c, m), SENSOR_QOS)
-        self.create_subscription(JointState, "/policy/joint_states", self.on_joints, SENSOR_QOS)
-        self.create_subscription(PoseStamped, "/task/object_pose", lambda m: self.on_pose("object", m), SENSOR_QOS)
-        self.create_subscription(PoseStamped, "/task/goal_pose", lambda m: self.on_pose("goal", m), SENSOR_QOS)
-        self.create_subscription(String, "/task/instruction", self.on_instruction, LATCHED_QOS)
-        self.create_subscription(String, "/trainer/checkpoint", lambda m: self.request_reload(m.data), LATCHED_QOS)
-        self.create_timer(1.0 / float(self.get_parameter("rate_hz").value), self.tick)
+            topic = C.policy_camera_topic(cam)
+            self.create_subscription(Image, topic, lambda m, c=cam: self.on_image(c, m), SENSOR_QOS)
+        self.create_subscription(JointState, C.POLICY_JOINT_STATES_TOPIC, self.on_joints, SENSOR_QOS)
+        self.create_subscription(PoseStamped, C.OBJECT_POSE_TOPIC, lambda m: self.on_pose("object", m), SENSOR_QOS)
+        self.create_subscription(PoseStamped, C.GOAL_POSE_TOPIC, lambda m: self.on_pose("goal", m), SENSOR_QOS)
+        self.create_subscription(String, C.INSTRUCTION_TOPIC, self.on_instruction, LATCHED_QOS)
+        self.create_subscription(String, C.CHECKPOINT_TOPIC, lambda m: self.request_reload(m.data), LATCHED_QOS)
+        self.create_timer(1.0 / rate_hz, self.tick)
         self.create_timer(1.0, self.report)
         if self.get_parameter("checkpoint").value:
             self.request_reload(self.get_parameter("checkpoint").value)
@@ -124,8 +134,8 @@ class PolicyNode(Node):
     def on_image(self, cam: str, msg: Image) -> None:
         try:
             rgb = image_to_rgb(msg)
-            if rgb.shape != (128, 128, 3):
-                raise MessageError(f"image {rgb.shape[:2]} is not the model size 128x128 (run camera_node)")
+            if rgb.shape != C.IMAGE_SHAPE:
+                raise MessageError(f"image {rgb.shape[:2]} is not the model size {C.IMAGE_SHAPE[:2]} (run camera_node)")
         except MessageError as exc:
             self.get_logger().warn(f"camera {cam}: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
@@ -161,13 +171,15 @@ class PolicyNode(Node):
     def reload(self, path: str) -> None:
         try:
             policy, _ = load_policy(path, self.device)
-            predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps)
+            predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps or None)
             predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
         except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
             self.stats["failed_reloads"] += 1
             self.get_logger().warn(f"keeping the current policy: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
         need_images = bool(policy.config.fusion.use_images)
+        if self.closing.is_set():
+            return
         with self.lock:
             self.predictor, self.need_images = predictor, need_images
         self.stats["reloads"] += 1
@@ -199,7 +211,9 @@ class PolicyNode(Node):
             start = time.perf_counter()
             chunk = predictor(obs)[0]
             self.latencies.append((time.perf_counter() - start) * 1e3)
-            if chunk.shape != (16, 3) or not np.all(np.isfinite(chunk)):
+            if self.closing.is_set():
+                return
+            if chunk.shape != (C.CHUNK_HORIZON, C.ACTION_DIM) or not np.all(np.isfinite(chunk)):
                 self.get_logger().warn("policy produced an invalid chunk; not publishing")
                 return
             self.pub.publish(chunk_to_trajectory(chunk, sec_to_stamp(stamp), self.dt, self.frame_id))
@@ -210,8 +224,8 @@ class PolicyNode(Node):
             self.busy.clear()
 
     def report(self) -> None:
-        lat = np.array(self.latencies[-100:] or [0.0])
-        age = np.array(self.ages[-100:] or [0.0]) * 1e3
+        lat = np.array(self.latencies or [0.0])
+        age = np.array(self.ages or [0.0]) * 1e3
         self.diag.publish(
             {
                 **self.stats,
@@ -222,8 +236,11 @@ class PolicyNode(Node):
         )
 
     def close(self) -> None:
-        self.worker.shutdown(wait=False, cancel_futures=True)
-        self.loader.shutdown(wait=False, cancel_futures=True)
+        """Before the node is destroyed: no new work, and the running inference finishes (< 0.1 s) so it never
+        publishes through a destroyed publisher (the 'cannot use Destroyable' error on Ctrl-C)."""
+        self.closing.set()
+        self.loader.shutdown(wait=False, cancel_futures=True)  # a load in progress only logs; it checks closing
+        self.worker.shutdown(wait=True, cancel_futures=True)
 
 
 def main(args: list[str] | None = None) -> int:

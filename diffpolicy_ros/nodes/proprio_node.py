@@ -13,24 +13,23 @@ import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
-from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, run_node
+from diffpolicy_ros.contract import ARM_JOINTS, JOINT_STATES_TOPIC, POLICY_JOINT_STATES_TOPIC
+from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import MessageError, joint_state_vectors, make_joint_state, stamp_to_sec
-from diffpolicy_ros.sim.push_env import ARM_JOINTS
 
 
 class ProprioNode(Node):
     def __init__(self):
         super().__init__("proprio_node")
         self.declare_parameter("joint_names", list(ARM_JOINTS))
-        self.declare_parameter("rate_hz", 20.0)
-        self.declare_parameter("max_age_s", 0.25)
+        rate_hz = parameter(self, "rate_hz", 20.0, positive, "must be > 0")
+        self.max_age = parameter(self, "max_age_s", 0.25, positive, "must be > 0")
         self.joints = list(self.get_parameter("joint_names").value)
-        self.max_age = float(self.get_parameter("max_age_s").value)
         self.lock = threading.Lock()
         self.latest: tuple[float, object, np.ndarray, np.ndarray] | None = None  # (t, stamp, pos, vel)
-        self.pub = self.create_publisher(JointState, "/policy/joint_states", 10)
-        self.create_subscription(JointState, "/joint_states", self.on_joint_state, SENSOR_QOS)
-        self.create_timer(1.0 / float(self.get_parameter("rate_hz").value), self.publish)
+        self.pub = self.create_publisher(JointState, POLICY_JOINT_STATES_TOPIC, 10)
+        self.create_subscription(JointState, JOINT_STATES_TOPIC, self.on_joint_state, SENSOR_QOS)
+        self.create_timer(1.0 / rate_hz, self.publish)
 
     def on_joint_state(self, msg: JointState) -> None:
         try:

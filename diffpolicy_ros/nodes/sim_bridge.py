@@ -19,7 +19,17 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, WARN_THROTTLE_S, Diagnostics, run_node
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.contract import ARM_JOINTS, CAMERAS
+from diffpolicy_ros.nodes.common import (
+    COMMAND_QOS,
+    LATCHED_QOS,
+    WARN_THROTTLE_S,
+    Diagnostics,
+    parameter,
+    positive,
+    run_node,
+)
 from diffpolicy_ros.nodes.conversions import (
     MessageError,
     camera_info,
@@ -28,8 +38,6 @@ from diffpolicy_ros.nodes.conversions import (
     numpy_to_image,
     twist_vector,
 )
-from diffpolicy_ros.sim import make_env
-from diffpolicy_ros.sim.push_env import ARM_JOINTS, CAMERAS
 
 
 class SimBridge(Node):
@@ -37,13 +45,15 @@ class SimBridge(Node):
         super().__init__("sim_bridge")
         self.declare_parameter("task", "push")
         self.declare_parameter("seed", 0)
-        self.declare_parameter("control_rate_hz", 10.0)
-        self.declare_parameter("real_time_factor", 1.0)
+        parameter(self, "control_rate_hz", 1.0 / C.CONTROL_PERIOD_S, positive, "must be > 0")
+        parameter(self, "real_time_factor", 1.0, positive, "must be > 0")
         self.declare_parameter("publish_images", True)
-        self.declare_parameter("frame_id", "world")
+        self.declare_parameter("frame_id", C.WORLD_FRAME)
         p = {n: self.get_parameter(n).value for n in ("task", "seed", "control_rate_hz", "real_time_factor")}
         self.frame_id = self.get_parameter("frame_id").value
         self.images = bool(self.get_parameter("publish_images").value)
+
+        from diffpolicy_ros.sim import make_env  # MuJoCo: only this node and the trainer need a simulator
 
         obs_mode = "image" if self.images else "state"
         self.env = make_env(p["task"], obs_mode=obs_mode, control_dt=1 / p["control_rate_hz"])
@@ -58,16 +68,16 @@ class SimBridge(Node):
         self.cmd_time = -(10**18)
         self.ep_return = 0.0
 
-        self.pub_img = {c: self.create_publisher(Image, f"/cameras/{c}/image_raw", 5) for c in CAMERAS}
-        self.pub_info = {c: self.create_publisher(CameraInfo, f"/cameras/{c}/camera_info", 5) for c in CAMERAS}
-        self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
-        self.pub_ee = self.create_publisher(PoseStamped, "/arm/ee_pose", 10)
-        self.pub_object = self.create_publisher(PoseStamped, "/task/object_pose", 10)
-        self.pub_goal = self.create_publisher(PoseStamped, "/task/goal_pose", 10)
-        self.pub_instruction = self.create_publisher(String, "/task/episode_instruction", LATCHED_QOS)
-        self.pub_clock = self.create_publisher(Clock, "/clock", 10)
+        self.pub_img = {c: self.create_publisher(Image, C.raw_camera_topic(c), 5) for c in CAMERAS}
+        self.pub_info = {c: self.create_publisher(CameraInfo, C.camera_info_topic(c), 5) for c in CAMERAS}
+        self.pub_joints = self.create_publisher(JointState, C.JOINT_STATES_TOPIC, 10)
+        self.pub_ee = self.create_publisher(PoseStamped, C.EE_POSE_TOPIC, 10)
+        self.pub_object = self.create_publisher(PoseStamped, C.OBJECT_POSE_TOPIC, 10)
+        self.pub_goal = self.create_publisher(PoseStamped, C.GOAL_POSE_TOPIC, 10)
+        self.pub_instruction = self.create_publisher(String, C.EPISODE_INSTRUCTION_TOPIC, LATCHED_QOS)
+        self.pub_clock = self.create_publisher(Clock, C.CLOCK_TOPIC, 10)
         self.diag = Diagnostics(self)
-        self.create_subscription(TwistStamped, "/arm/cmd_twist", self.on_twist, COMMAND_QOS)
+        self.create_subscription(TwistStamped, C.CMD_TWIST_TOPIC, self.on_twist, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self.on_reset)
 
         self.reset_episode()
@@ -132,7 +142,7 @@ class SimBridge(Node):
         self.pub_ee.publish(make_pose(env.pusher_position, stamp, self.frame_id))
         block, yaw = env.block_pose
         self.pub_object.publish(make_pose(block, stamp, self.frame_id, yaw))
-        goal = obs["proprio"][14:16]  # the env's goal slot (the midpoint in the two-goal task)
+        goal = obs["proprio"][C.PROPRIO_SLICES["goal_xy"]]  # the env's goal slot (the midpoint in the two-goal task)
         self.pub_goal.publish(make_pose([goal[0], goal[1], 0.0], stamp, self.frame_id))
         # /clock last: sim-time timers downstream (the policy tick) fire after this step's data is out
         self.pub_clock.publish(Clock(clock=stamp))

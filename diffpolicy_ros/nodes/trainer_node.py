@@ -11,7 +11,6 @@ events.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from pathlib import Path
 
 import rclpy
@@ -21,11 +20,10 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from diffpolicy_ros.assets import config_file
-from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, run_node
-from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+from diffpolicy_ros.contract import CHECKPOINT_TOPIC
+from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, ParameterError, checked_device, run_node
 from diffpolicy_ros.rl.hooks import TrainHooks
-from diffpolicy_ros.rl.ppo import load_ppo_run, train_ppo
-from diffpolicy_ros.sim.demos import run_demos
+from diffpolicy_ros.runs import new_run_dir
 
 
 class TrainerNode(Node):
@@ -38,7 +36,7 @@ class TrainerNode(Node):
         self.declare_parameter("run_dir", "")
         self.declare_parameter("device", "auto")
         self.declare_parameter("iters", 2000)
-        self.declare_parameter("checkpoint_every", 500)
+        self.declare_parameter("eval_every", 500)  # BC iterations between evaluations (each writes a checkpoint)
         self.declare_parameter("eval_episodes", 10)
         self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
         self.declare_parameter("ppo_env_steps", 200_000)  # 0: BC only
@@ -54,18 +52,22 @@ class TrainerNode(Node):
                 "run_dir",
                 "device",
                 "iters",
-                "checkpoint_every",
+                "eval_every",
                 "eval_episodes",
                 "ppo_config",
                 "ppo_env_steps",
                 "ppo_envs",
             )
         }
-        self.run_dir = Path(g["run_dir"] or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        # the trainer needs the simulator; imported here so every node module imports on a robot PC without one
+        from diffpolicy_ros.rl.bc import load_bc_run
+        from diffpolicy_ros.rl.ppo import load_ppo_run
+
+        self.run_dir = Path(g["run_dir"] or new_run_dir("sim_train"))
         self.run = load_bc_run(g["config"] or config_file("policy/diffusion_state.yaml"))
         self.run.train.device = g["device"]
         self.run.train.iters = int(g["iters"])
-        self.run.train.eval_every = int(g["checkpoint_every"])
+        self.run.train.eval_every = int(g["eval_every"])
         self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
         self.ppo = load_ppo_run(g["ppo_config"] or config_file("train/push.yaml"))
         self.ppo.task = g["task"]
@@ -74,11 +76,16 @@ class TrainerNode(Node):
         self.ppo.train.n_envs = int(g["ppo_envs"])
         self.ppo.train.eval_episodes = int(g["eval_episodes"])
         self.params = g
+        for name, minimum in (("demo_episodes", 1), ("iters", 1), ("eval_every", 1), ("eval_episodes", 1),
+                              ("ppo_env_steps", 0), ("ppo_envs", 1)):  # fmt: skip
+            if int(g[name]) < minimum:
+                raise ParameterError(f"trainer_node: parameter '{name}' = {g[name]!r}: must be >= {minimum}")
+        checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
         threads = int(self.get_parameter("torch_threads").value)
         if threads > 0:
             torch.set_num_threads(threads)
 
-        self.pub = self.create_publisher(String, "/trainer/checkpoint", LATCHED_QOS)
+        self.pub = self.create_publisher(String, CHECKPOINT_TOPIC, LATCHED_QOS)
         self.diag = Diagnostics(self)
         self.hooks = TrainHooks()
         self.hooks.on_checkpoint = self.announce
@@ -92,6 +99,10 @@ class TrainerNode(Node):
         self.thread.start()
 
     def train(self) -> None:
+        from diffpolicy_ros.rl.bc import train_bc
+        from diffpolicy_ros.rl.ppo import train_ppo
+        from diffpolicy_ros.sim.demos import run_demos
+
         try:
             demos = self.params["demos"]
             if not demos:

@@ -2,13 +2,15 @@
 
 PPO needs three things from a policy, and they differ by head:
 
-- ``act(obs)``: sample an action chunk (normalized, in [-1, 1]) and the *record* needed to score it later.
-  Diffusion (DPPO): the whole denoising chain [B, K+1, H, A] drawn with ``eta`` > 0 and a per-step std of
-  at least ``min_std``. Gaussian: the pre-clamp sample [B, H, A].
+- ``act(obs)``: sample an action chunk (normalized, in [-1, 1]) and the *record* needed to score it later
+  (the head's ``explore``). Diffusion (DPPO): the whole denoising chain [B, K+1, H, A] drawn with ``eta`` > 0
+  and a per-step std of at least ``min_std``. Gaussian: the pre-clamp sample [B, H, A].
 - ``forward(obs, record)``: (log-probability of the record under the current weights, value). Diffusion: the
-  exact Gaussian likelihood of the last K' denoising steps (``DiffusionPolicy.chain_log_prob``, maths in
+  exact Gaussian likelihood of the last K' denoising steps (``DiffusionPolicy.record_log_prob``, maths in
   ``models/scheduler.py``); Gaussian: the diagonal Normal. ``forward`` is the only training entry point so
   the agent can be wrapped in ``DistributedDataParallel``.
+
+The heads implement one interface (``models/heads.py``); this module has no head-specific branch.
 - ``value(obs)``: the critic alone (GAE, bootstrapping).
 
 With ``per_step_ratio`` (the default, DPPO's two-layer "denoising MDP") each fine-tuned denoising step is its
@@ -37,18 +39,14 @@ import torch
 from torch import nn
 
 from diffpolicy_ros.models.critic import Critic
-from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
+from diffpolicy_ros.models.heads import PolicyHead
 
 
 class ActorCritic(nn.Module):
     def __init__(
         self,
-        policy: nn.Module,
+        policy: PolicyHead,
         *,
-        ddim_steps: int,
-        eta: float,
-        min_std: float,
-        finetune_steps: int,
         critic_hidden: int = 256,
         detach_critic_encoder: bool = True,
         per_step_ratio: bool = True,
@@ -58,36 +56,21 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.policy = policy
         self.critic = Critic(policy.config.fusion.dim, critic_hidden)
-        self.is_diffusion = isinstance(policy, DiffusionPolicy)
-        self.ddim_steps, self.eta, self.min_std, self.finetune_steps = ddim_steps, eta, min_std, finetune_steps
         self.detach_critic_encoder = detach_critic_encoder
-        self.per_step_ratio = per_step_ratio and self.is_diffusion
+        self.per_step_ratio = per_step_ratio
         self.per_element_log_prob = per_element_log_prob
         self.likelihood_actions = likelihood_actions or policy.config.horizon
 
     def record_shape(self) -> tuple[int, ...]:
-        cfg = self.policy.config
-        chunk = (cfg.horizon, cfg.action_dim)
-        return (self.ddim_steps + 1, *chunk) if self.is_diffusion else chunk
+        return self.policy.record_shape()
 
     def _value(self, cond: torch.Tensor) -> torch.Tensor:
         return self.critic(cond.detach() if self.detach_critic_encoder else cond).float()
 
-    def _gaussian_std(self) -> torch.Tensor:
-        return self.policy.log_std.exp().clamp(min=self.min_std)
-
     @torch.no_grad()
     def act(self, obs: dict, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(normalized chunk [B, H, A] in [-1, 1], record) for a batch of observations."""
-        cond = self.policy.encoder(obs)
-        if self.is_diffusion:
-            return self.policy.sample(
-                cond, self.ddim_steps, eta=self.eta, min_std=self.min_std, return_chain=True, generator=generator
-            )
-        mean = self.policy.mean(cond).float()
-        noise = torch.randn(mean.shape, device=mean.device, generator=generator)
-        sample = mean + self._gaussian_std() * noise
-        return sample.clamp(-1.0, 1.0), sample
+        return self.policy.explore(self.policy.encoder(obs), generator)
 
     @torch.no_grad()
     def value(self, obs: dict) -> torch.Tensor:
@@ -95,23 +78,9 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: dict, record: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log pi_theta(record | obs), V(obs) [B]) with gradients. The log-probability is [B], or [B, K']
-        (one term per fine-tuned denoising step) with ``per_step_ratio``."""
+        (one term per fine-tuned denoising step) with ``per_step_ratio`` on a head that has steps."""
         cond = self.policy.encoder(obs)
-        if self.is_diffusion:
-            logp = self.policy.chain_log_prob(
-                cond,
-                record,
-                self.ddim_steps,
-                eta=self.eta,
-                min_std=self.min_std,
-                last_k=self.finetune_steps,
-                per_step=self.per_step_ratio,
-                actions=self.likelihood_actions,
-            )
-        else:
-            h = self.likelihood_actions
-            dist = torch.distributions.Normal(self.policy.mean(cond).float()[:, :h], self._gaussian_std()[:h])
-            logp = dist.log_prob(record[:, :h].float()).flatten(1).sum(1)
+        logp = self.policy.record_log_prob(cond, record, per_step=self.per_step_ratio, actions=self.likelihood_actions)
         if self.per_element_log_prob:  # mean over the scored elements instead of the sum
             logp = logp / (self.likelihood_actions * self.policy.config.action_dim)
         return logp, self._value(cond)

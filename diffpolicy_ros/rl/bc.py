@@ -6,27 +6,28 @@ Reads top to bottom: config -> data -> model and normalizers -> optimizer, EMA, 
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from diffpolicy_ros.config import from_dict, to_dict
+from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.device import resolve_device
 from diffpolicy_ros.eval.rollout import evaluate_policy
-from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
+from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
-from diffpolicy_ros.rl.checkpoint import save_checkpoint
 from diffpolicy_ros.rl.hooks import TrainHooks
+from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, new_run_dir
+
+CSV_FIELDS = ("iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "eval_left_fraction", "wall_s")
 
 
 @dataclass
@@ -42,7 +43,7 @@ class BCConfig:
     eval_every: int = 1000
     eval_episodes: int = 20
     final_eval_episodes: int = 50
-    execute_horizon: int = 4  # actions of each chunk executed before re-planning (4 beat 8 and 12 here)
+    execute_horizon: int = EXECUTE_HORIZON  # actions of each chunk executed before re-planning
     log_every: int = 50
     seed: int = 0
     device: str = "auto"
@@ -102,7 +103,7 @@ def train_bc(
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    run_dir = Path(run_dir or Path("runs") / f"bc-{datetime.now():%Y%m%d-%H%M%S}")
+    run_dir = Path(run_dir or new_run_dir("bc"))
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
 
     # -- data -------------------------------------------------------------------------------------
@@ -137,32 +138,25 @@ def train_bc(
         return 0.5 * (1 + math.cos(math.pi * (it - cfg.warmup_iters) / max(1, cfg.iters - cfg.warmup_iters)))
 
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-    writer = SummaryWriter(str(run_dir / "tb"))
-    csv_file = open(run_dir / "metrics.csv", "w", newline="")
-    csv_writer = csv.writer(csv_file)
-    csv_writer.writerow(["iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "wall_s"])
+    logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
 
     def checkpoint(name: str, it: int, metrics: dict) -> Path:
-        path = save_checkpoint(
-            run_dir / "checkpoints" / name,
-            {
-                "policy_spec": spec_dict(spec),
-                "model": ema.module.state_dict(),
-                "train_state": {
-                    "policy": policy.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "lr_schedule": lr_schedule.state_dict(),
-                    "iter": it,
-                },
-                "meta": {
-                    "task": task,
-                    "obs_mode": obs_mode,
-                    "data": str(data_path),
-                    "bc_config": to_dict(cfg),
-                    "metrics": metrics,
-                },
-            },
+        meta = CheckpointMeta(
+            source="bc",
+            task=task,
+            obs_mode=obs_mode,
+            execute_horizon=cfg.execute_horizon,
+            config=to_dict(run),
+            metrics=metrics,
+            data=str(data_path),
         )
+        train_state = {
+            "policy": policy.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "lr_schedule": lr_schedule.state_dict(),
+            "iter": it,
+        }
+        path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
         hooks.on_checkpoint(path, metrics)
         return path
 
@@ -171,7 +165,7 @@ def train_bc(
             ema.module,
             task,
             episodes,
-            seed=10_000,
+            seed=EVAL_SEED,
             obs_mode=obs_mode,
             device=device,
             execute_horizon=cfg.execute_horizon,
@@ -211,32 +205,26 @@ def train_bc(
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
             hooks.progress.update(loss=mean_loss, success_rate=last_eval.get("success_rate", -1.0))
-            writer.add_scalar("bc/loss", mean_loss, it + 1)
-            writer.add_scalar("bc/lr", lr_schedule.get_last_lr()[0], it + 1)
+            logger.scalars({"loss": mean_loss, "lr": lr_schedule.get_last_lr()[0]}, it + 1)
             bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
         is_last = it + 1 == cfg.iters
         if (it + 1) % cfg.eval_every == 0 or is_last:
             last_eval = evaluate(cfg.final_eval_episodes if is_last else cfg.eval_episodes)
             last_eval.pop("per_episode")
-            for key in ("success_rate", "mean_return", "left_fraction", "right_fraction"):
-                writer.add_scalar(f"eval/{key}", last_eval[key], it + 1)
-            csv_writer.writerow(
-                [
-                    it + 1,
-                    np.mean(losses[-cfg.log_every :]),
-                    lr_schedule.get_last_lr()[0],
-                    last_eval["success_rate"],
-                    last_eval["mean_return"],
-                    round(time.perf_counter() - start, 1),
-                ]
+            logger.row(
+                {
+                    "iter": it + 1,
+                    "loss": float(np.mean(losses[-cfg.log_every :])),
+                    "lr": lr_schedule.get_last_lr()[0],
+                    **{f"eval_{k}": last_eval[k] for k in ("success_rate", "mean_return", "left_fraction")},
+                    "wall_s": round(time.perf_counter() - start, 1),
+                }
             )
-            csv_file.flush()
             checkpoint("last.pt", it + 1, last_eval)
             if last_eval["success_rate"] > best:
                 best = last_eval["success_rate"]
                 checkpoint("best.pt", it + 1, last_eval)
-    writer.close()
-    csv_file.close()
+    logger.close()
     return {
         "kind": spec.kind,
         "task": task,

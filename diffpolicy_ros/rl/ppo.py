@@ -12,8 +12,8 @@ One iteration reads top to bottom (CleanRL's ``ppo_continuous_action.py`` is the
 3. update    — ``update_epochs`` passes over shuffled minibatches of ``micro_batch * grad_accum`` decisions,
                gradients accumulated over ``grad_accum`` micro-batches (DDP syncs only the last), clipped
                surrogate + clipped value loss, grad-norm clipping, separate actor/critic optimizers, actor
-               frozen for the first ``critic_warmup_iters`` iterations. A non-finite loss or gradient skips
-               the update and restores the state from before it.
+               frozen for the first ``critic_warmup_iters`` iterations. A non-finite loss or gradient is
+               caught before its optimizer step and ends the update there (nothing non-finite is applied).
 4. log / evaluate / checkpoint.
 
 Exact resume: env episodes never straddle iterations (reset at each iteration from derived seeds), so a
@@ -23,31 +23,36 @@ reward-centering state, counters, and every rank's RNG states — resumes bit-fo
 
 from __future__ import annotations
 
-import copy
-import csv
 import math
 import re
 import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from diffpolicy_ros.config import from_dict, load_yaml, to_dict
+from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.device import autocast_settings, device_type
 from diffpolicy_ros.eval.rollout import evaluate_policy
-from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.models.checkpoint import (
+    CheckpointError,
+    CheckpointMeta,
+    load_checkpoint,
+    make_payload,
+    policy_from_checkpoint,
+    save_checkpoint,
+)
+from diffpolicy_ros.models.factory import build_policy, policy_spec
+from diffpolicy_ros.models.heads import apply_sampler
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.actor_critic import ActorCritic
-from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, policy_from_checkpoint, save_checkpoint
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
@@ -56,6 +61,7 @@ from diffpolicy_ros.rl.ppo_math import (
     gae,
     normalize_advantages,
 )
+from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, new_run_dir
 from diffpolicy_ros.sim import make_env
 from diffpolicy_ros.sim.vector import make_vec_env
 
@@ -66,9 +72,12 @@ CSV_FIELDS = (
 )  # fmt: skip
 
 
-# Rollout episodes are seeded from 1e6 on: disjoint from recorded demonstrations (seeds 0+) and from the
-# held-out evaluation seeds (10000+), so PPO neither re-plays the BC data nor trains on the test episodes.
-ROLLOUT_SEED_OFFSET = 1_000_000
+@dataclass
+class SamplerOverrides:
+    ddim_steps: int | None = None  # denoising steps while fine-tuning (and when deployed after it)
+    finetune_steps: int | None = None  # K': the last K' denoising steps carry the likelihood
+    eta: float | None = 1.0  # DDIM eta while fine-tuning (BC policies deploy with eta 0)
+    min_std: float | None = None  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
 
 
 @dataclass
@@ -77,13 +86,11 @@ class PPOConfig:
     total_env_steps: int = 200_000
     n_envs: int = 16
     rollout_steps: int = 10  # x execute_horizon should cover the episode limit: every env's first episode ends
-    execute_horizon: int = 4
+    execute_horizon: int = EXECUTE_HORIZON
     asynchronous_envs: bool = True  # worker processes (MuJoCo); the point mass is faster in-process
-    # -- exploration / likelihood of the diffusion actor (DPPO)
-    ddim_steps: int = 10
-    finetune_steps: int = 10  # K': the last K' denoising steps carry the likelihood
-    eta: float = 1.0  # DDIM eta while fine-tuning (deployment samples with the policy's own eta, 0)
-    min_std: float = 0.1  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
+    # -- exploration / likelihood of the actor (DPPO). The policy config owns the sampler settings; these
+    #    are PPO's changes to them, applied once (models/heads.py: apply_sampler). None keeps the policy's.
+    sampler: SamplerOverrides = field(default_factory=lambda: SamplerOverrides())
     per_step_ratio: bool = True  # one PPO ratio per fine-tuned denoising step (DPPO); False: the joint chain
     per_element_log_prob: bool = False  # log-densities averaged over the chunk's elements (DPPO's code), not summed
     # Only the first execute_horizon actions of a chunk enter the ratio (DPPO's reward_horizon): the
@@ -193,16 +200,16 @@ class PPOTrainer:
         torch.manual_seed(cfg.seed + rank)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(cfg.seed * 1000 + rank)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank + 500)
-        default_dir = Path("runs") / f"ppo-{datetime.now():%Y%m%d-%H%M%S}"
-        self.run_dir = Path(distributed.broadcast_object(self.dist, str(run_dir or default_dir)))
+        run_dir = run_dir or (new_run_dir("ppo") if self.dist.is_main else "")
+        self.run_dir = Path(distributed.broadcast_object(self.dist, str(run_dir)))
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
 
         # -- envs (CPU workers; they never touch the learner's device) ------------------------------
         resume_ckpt = load_checkpoint(resume) if resume else None
         self.policy, self.spec, self.fit_state_norm = self._build_policy(resume_ckpt)
-        if self.spec.kind == "diffusion":  # deploy (and evaluate) exactly the stochastic sampler being fine-tuned
-            d = self.spec.diffusion
-            d.ddim_steps, d.eta, d.min_std, d.stochastic = cfg.ddim_steps, cfg.eta, cfg.min_std, True
+        # the fine-tuning sampler; the policy deploys (and is evaluated) as exactly this stochastic sampler
+        self.policy.config = apply_sampler(self.policy.config, to_dict(cfg.sampler))
+        setattr(self.spec, self.spec.kind, self.policy.config)  # what checkpoints store
         fusion = self.spec.active().fusion
         self.obs_mode = "image" if fusion.use_images else "state"
         self.horizon = self.spec.active().horizon
@@ -220,10 +227,6 @@ class PPOTrainer:
         # -- agent, optimizers ------------------------------------------------------------------------
         self.agent = ActorCritic(
             self.policy,
-            ddim_steps=cfg.ddim_steps,
-            eta=cfg.eta,
-            min_std=cfg.min_std,
-            finetune_steps=cfg.finetune_steps,
             critic_hidden=cfg.critic_hidden,
             detach_critic_encoder=cfg.detach_critic_encoder,
             per_step_ratio=cfg.per_step_ratio,
@@ -257,9 +260,7 @@ class PPOTrainer:
             source, name = load_checkpoint(run.init), run.init
         if source is not None:
             policy = policy_from_checkpoint(source, name)
-            spec = policy_spec(source["policy_spec"])
-            setattr(spec, spec.kind, policy.config)  # one config object: the deploy settings below reach the policy
-            return policy, spec, False
+            return policy, policy_spec(source["policy_spec"]), False
         spec = policy_spec(run.policy)
         env = make_env(run.task, **run.env)  # for its spaces
         active = spec.active()
@@ -296,7 +297,7 @@ class PPOTrainer:
     def collect_rollout(self) -> Rollout:
         cfg, n, t_max = self.run.train, self.run.train.n_envs, self.run.train.rollout_steps
         episode = (self.iteration * self.dist.world_size + self.dist.rank) * n
-        base_seed = ROLLOUT_SEED_OFFSET + cfg.seed * 100_000_000 + episode
+        base_seed = ROLLOUT_SEED + cfg.seed * 100_000_000 + episode
         obs, _ = self.envs.reset(seed=base_seed)
         obs_buf = {k: np.empty((t_max, n, *v.shape[1:]), v.dtype) for k, v in obs.items() if k != "instruction"}
         obs_buf["instruction"] = []
@@ -416,108 +417,101 @@ class PPOTrainer:
         return policy_loss, value_loss, stats
 
     def update(self, batch: dict) -> dict:
+        """``update_epochs`` passes over shuffled minibatches; stops early at the KL limit or a non-finite step."""
         cfg = self.run.train
         b = batch["advantages"].shape[0]
         advantages = normalize_advantages(batch["advantages"]) if cfg.norm_advantages else batch["advantages"]
         actor_frozen = self.iteration < cfg.critic_warmup_iters  # critic warm-up: the actor does not step
-        last_good = copy.deepcopy(self._optim_state())  # restored if an update goes non-finite
         minibatch = cfg.micro_batch * cfg.grad_accum
         sums: dict[str, torch.Tensor] = {}
-        steps, kl_stop = 0, False
+        steps = 0
         self.agent.train()
         for _epoch in range(cfg.update_epochs):
             perm = torch.randperm(b, generator=self.shuffle_gen).to(self.device)
             for start in range(0, b, minibatch):
-                mb = perm[start : start + minibatch]
-                micro = mb.split(cfg.micro_batch)
-                self.actor_opt.zero_grad(set_to_none=True)
-                self.critic_opt.zero_grad(set_to_none=True)
-                loss_sum = torch.zeros((), device=self.device)
-                mb_sums: dict[str, torch.Tensor] = {}
-                for j, idx in enumerate(micro):
-                    sync = nullcontext() if (j == len(micro) - 1 or not self.dist.enabled) else self.model.no_sync()
-                    with sync:
-                        policy_loss, value_loss, stats = self.losses(batch, idx, advantages)
-                        loss = (policy_loss + cfg.vf_coef * value_loss) * (len(idx) / len(mb))
-                        self.scaler.scale(loss).backward()
-                    loss_sum = loss_sum + loss.detach()
-                    for key, value in {"policy_loss": policy_loss, "value_loss": value_loss, **stats}.items():
-                        mb_sums[key] = mb_sums.get(key, 0.0) + value.detach() * (len(idx) / len(mb))
+                mb_stats = self.minibatch_gradients(batch, perm[start : start + minibatch], advantages)
                 if cfg.target_kl is not None and not actor_frozen and steps > 0:
                     # every rank must take the same decision (DDP): the ranks' mean
-                    kl = distributed.mean_across_ranks(self.dist, {"kl": float(mb_sums["approx_kl"])})["kl"]
-                    if kl > cfg.target_kl:
-                        kl_stop = True
-                        break
-                for key, value in mb_sums.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                self.scaler.unscale_(self.actor_opt)
-                self.scaler.unscale_(self.critic_opt)
-                # clipped separately: one joint norm lets the critic's (large, return-scaled) gradient
-                # shrink the actor's step by a factor that changes from minibatch to minibatch
-                actor_norm = torch.nn.utils.clip_grad_norm_(self.agent.policy.parameters(), cfg.max_grad_norm)
-                critic_norm = torch.nn.utils.clip_grad_norm_(self.agent.critic.parameters(), cfg.max_grad_norm)
-                # one host sync per optimizer step: a NaN must not reach the weights or Adam's moments
-                finite = torch.isfinite(loss_sum) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
-                if not self.scaler.is_enabled() and not bool(finite):
-                    self._restore_optim_state(last_good)
-                    self.nonfinite_updates += 1
-                    tqdm.write(
-                        f"[ppo] iteration {self.iteration}: non-finite loss/gradient; update skipped, state "
-                        f"restored (count {self.nonfinite_updates})",
-                        file=sys.stderr,
-                    )
+                    kl = distributed.mean_across_ranks(self.dist, {"kl": float(mb_stats["approx_kl"])})["kl"]
+                    if kl > cfg.target_kl:  # stop before stepping on the minibatch past the limit
+                        return {"skipped_updates": 0, "kl_stopped": 1.0, **_means(sums, steps)}
+                norms = self.optimizer_step(actor_frozen, mb_stats.pop("loss"))
+                if norms is None:
                     return {"skipped_updates": 1, "kl_stopped": 0.0, **_means(sums, max(steps, 1))}
-                if not actor_frozen:
-                    self.scaler.step(self.actor_opt)
-                self.scaler.step(self.critic_opt)
-                self.scaler.update()
-                sums["actor_grad_norm"] = sums.get("actor_grad_norm", 0.0) + actor_norm.detach()
-                sums["critic_grad_norm"] = sums.get("critic_grad_norm", 0.0) + critic_norm.detach()
+                for key, value in {**mb_stats, **norms}.items():
+                    sums[key] = sums.get(key, 0.0) + value
                 steps += 1
-            if kl_stop:
-                break
-        return {"skipped_updates": 0, "kl_stopped": float(kl_stop), **_means(sums, steps)}
+        return {"skipped_updates": 0, "kl_stopped": 0.0, **_means(sums, steps)}
 
-    def _optim_state(self) -> dict:
-        return {
-            "agent": self.agent.state_dict(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "scaler": self.scaler.state_dict(),
-        }
-
-    def _restore_optim_state(self, state: dict) -> None:
+    def minibatch_gradients(self, batch: dict, mb: torch.Tensor, advantages: torch.Tensor) -> dict:
+        """Gradients of one minibatch, accumulated over its micro-batches (DDP syncs only the last); returns
+        the minibatch's loss and statistics, averaged over its rows."""
+        cfg = self.run.train
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
-        self.agent.load_state_dict(state["agent"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        if state["scaler"]:
-            self.scaler.load_state_dict(state["scaler"])
+        micro = mb.split(cfg.micro_batch)
+        out: dict[str, torch.Tensor] = {"loss": torch.zeros((), device=self.device)}
+        for j, idx in enumerate(micro):
+            sync = nullcontext() if (j == len(micro) - 1 or not self.dist.enabled) else self.model.no_sync()
+            with sync:
+                policy_loss, value_loss, stats = self.losses(batch, idx, advantages)
+                weight = len(idx) / len(mb)
+                loss = (policy_loss + cfg.vf_coef * value_loss) * weight
+                self.scaler.scale(loss).backward()
+            out["loss"] = out["loss"] + loss.detach()
+            for key, value in {"policy_loss": policy_loss, "value_loss": value_loss, **stats}.items():
+                out[key] = out.get(key, 0.0) + value.detach() * weight
+        return out
+
+    def optimizer_step(self, actor_frozen: bool, loss: torch.Tensor) -> dict | None:
+        """Clip and apply the accumulated gradients; None (nothing applied) when the loss or a gradient is not
+        finite. The check comes before the step, so weights and Adam moments never see a NaN: the state stays
+        at the last finite step and no snapshot is needed to roll back."""
+        cfg = self.run.train
+        self.scaler.unscale_(self.actor_opt)
+        self.scaler.unscale_(self.critic_opt)
+        # clipped separately: one joint norm lets the critic's (large, return-scaled) gradient shrink the
+        # actor's step by a factor that changes from minibatch to minibatch
+        actor_norm = torch.nn.utils.clip_grad_norm_(self.agent.policy.parameters(), cfg.max_grad_norm)
+        critic_norm = torch.nn.utils.clip_grad_norm_(self.agent.critic.parameters(), cfg.max_grad_norm)
+        # one host sync per optimizer step (fp16's GradScaler skips non-finite steps by itself)
+        finite = torch.isfinite(loss) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
+        if not self.scaler.is_enabled() and not bool(finite):
+            self.actor_opt.zero_grad(set_to_none=True)
+            self.critic_opt.zero_grad(set_to_none=True)
+            self.nonfinite_updates += 1
+            tqdm.write(
+                f"[ppo] iteration {self.iteration}: non-finite loss/gradient; the rest of this update is skipped "
+                f"(count {self.nonfinite_updates})",
+                file=sys.stderr,
+            )
+            return None
+        if not actor_frozen:
+            self.scaler.step(self.actor_opt)
+        self.scaler.step(self.critic_opt)
+        self.scaler.update()
+        return {"actor_grad_norm": actor_norm.detach(), "critic_grad_norm": critic_norm.detach()}
 
     @torch.no_grad()
     def actor_loss(self, batch: dict) -> float:
         """The seed's ``actor_loss``: the policy's behaviour-cloning (denoising) loss on one micro-batch of
         its own rollout chunks — a monitor of how sharply it reproduces what it samples (no gradient)."""
         idx = torch.arange(min(self.run.train.micro_batch, batch["records"].shape[0]), device=self.device)
-        record = batch["records"][idx]
-        chunk = (record[:, -1] if self.agent.is_diffusion else record).clamp(-1, 1)
+        chunk = self.policy.record_action(batch["records"][idx])
         with self.autocast():
             loss = self.policy.bc_loss(select(batch["obs"], idx), self.policy.action_norm.unnormalize(chunk))
         return float(loss)
 
     # ------------------------------------------------------------------ 4. evaluation and checkpoints
     def evaluate(self, episodes: int) -> dict:
-        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), held-out seeds 10000+."""
+        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on the held-out seeds."""
         result = evaluate_policy(
             self.policy,
             self.run.task,
             episodes,
-            seed=10_000,
+            seed=EVAL_SEED,
             obs_mode=self.obs_mode,
             device=self.device,
-            ddim_steps=self.run.train.ddim_steps,
             execute_horizon=self.run.train.execute_horizon,
             progress=False,
             env_kwargs=self.run.env,
@@ -531,20 +525,23 @@ class PPOTrainer:
         rng = distributed.gather_objects(self.dist, {**mine, "shuffle": self.shuffle_gen.get_state()})
         if not self.dist.is_main:
             return None
-        payload = {
-            "policy_spec": spec_dict(self.spec),
-            "model": self.policy.state_dict(),
-            "meta": {
-                "source": "ppo",
-                "task": self.run.task,
-                "obs_mode": self.obs_mode,
-                "execute_horizon": cfg.execute_horizon,
-                "ppo_run": to_dict(self.run),
-                "metrics": metrics,
-            },
-            "train_state": {
+        meta = CheckpointMeta(
+            source="ppo",
+            task=self.run.task,
+            obs_mode=self.obs_mode,
+            execute_horizon=cfg.execute_horizon,
+            config=to_dict(self.run),
+            metrics=metrics,
+        )
+        payload = make_payload(
+            self.spec,
+            self.policy,
+            meta,
+            train_state={
                 "critic": self.agent.critic.state_dict(),
-                **{k: v for k, v in self._optim_state().items() if k != "agent"},
+                "actor_opt": self.actor_opt.state_dict(),
+                "critic_opt": self.critic_opt.state_dict(),
+                "scaler": self.scaler.state_dict(),
                 "iteration": self.iteration,
                 "env_steps": self.env_steps,
                 "nonfinite_updates": self.nonfinite_updates,
@@ -552,7 +549,7 @@ class PPOTrainer:
                 "reward_centering": self.centerer.state_dict(),
                 "rng": rng,
             },
-        }
+        )
         ckpt_dir = self.run_dir / "checkpoints"
         path = save_checkpoint(ckpt_dir / f"iter_{self.iteration:06d}.pt", payload)
         for old in sorted(ckpt_dir.glob("iter_*.pt"))[: -cfg.keep_last]:
@@ -588,10 +585,11 @@ class PPOTrainer:
         cfg = self.run.train
         total = self.total_iterations()
         stop_at = min(total, until_iteration) if until_iteration is not None else total
-        writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.iteration) if self.dist.is_main else None
-        csv_path = self.run_dir / "metrics.csv"
-        if self.dist.is_main:
-            _truncate_csv(csv_path, self.iteration)
+        logger = None
+        if self.dist.is_main:  # a resumed run continues its own CSV and TensorBoard curves
+            logger = MetricsLogger(
+                self.run_dir, CSV_FIELDS, "ppo", "iteration", "env_steps", self.iteration, self.env_steps
+            )
         start = time.perf_counter()
         rollout_time = update_time = 0.0
         metrics: dict = {}
@@ -642,7 +640,8 @@ class PPOTrainer:
                 metrics["eval_success_rate"] = score = self.last_eval["success_rate"]
             score = distributed.broadcast_object(self.dist, score)
             if self.dist.is_main:
-                self._log(writer, csv_path, metrics, bar)
+                logger.row(metrics)
+                bar.write(_log_line(metrics), file=sys.stderr)
             bar.update(1)
             improved = score > self.best_success
             self.best_success = max(self.best_success, score)
@@ -651,8 +650,8 @@ class PPOTrainer:
                 self.save(metrics, best=improved)
         bar.close()
         ranks_in_sync = distributed.in_sync(self.dist, self.agent)
-        if writer is not None:
-            writer.close()
+        if logger is not None:
+            logger.close()
         self.envs.close()
         return {
             "task": self.run.task,
@@ -670,25 +669,16 @@ class PPOTrainer:
             "run_dir": str(self.run_dir),
         }
 
-    def _log(self, writer: SummaryWriter, csv_path: Path, m: dict, bar: tqdm) -> None:
-        for key, value in m.items():
-            if key not in ("iteration", "env_steps") and value != "":
-                writer.add_scalar(f"ppo/{key}", value, m["env_steps"])
-        new = not csv_path.exists()
-        with open(csv_path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerow(m)
-        # the seed's log line, one per iteration
-        bar.write(
-            f"iter {m['iteration']:4d} | env_steps {m['env_steps']:8d} | actor_loss {m['actor_loss']:.4f} | "
-            f"value_loss {m['value_loss']:.4f} | policy_loss {m['policy_loss']:+.4f} | "
-            f"total_reward {m['episode_return']:.3f} | success_rate {m['success_rate']:.2f}"
-            + (f" (eval {m['eval_success_rate']:.2f})" if m["eval_success_rate"] != "" else "")
-            + f" | step_time {m['rollout_s'] + m['update_s']:.2f}s | env_steps/s {m['env_steps_per_s']:.0f}",
-            file=sys.stderr,
-        )
+
+def _log_line(m: dict) -> str:
+    """The seed's log line, one per iteration."""
+    return (
+        f"iter {m['iteration']:4d} | env_steps {m['env_steps']:8d} | actor_loss {m['actor_loss']:.4f} | "
+        f"value_loss {m['value_loss']:.4f} | policy_loss {m['policy_loss']:+.4f} | "
+        f"total_reward {m['episode_return']:.3f} | success_rate {m['success_rate']:.2f}"
+        + (f" (eval {m['eval_success_rate']:.2f})" if m["eval_success_rate"] != "" else "")
+        + f" | step_time {m['rollout_s'] + m['update_s']:.2f}s | env_steps/s {m['env_steps_per_s']:.0f}"
+    )
 
 
 def _means(sums: dict, steps: int) -> dict:
@@ -698,18 +688,6 @@ def _means(sums: dict, steps: int) -> dict:
 def _as_batch(obs: dict) -> dict:
     """A single env observation as a batch of one."""
     return {k: ([v] if k == "instruction" else np.asarray(v)[None]) for k, v in obs.items()}
-
-
-def _truncate_csv(path: Path, iteration: int) -> None:
-    """On resume, drop rows logged after the checkpoint (they will be produced again)."""
-    if not path.exists():
-        return
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["iteration"]) <= iteration]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from diffpolicy_ros.contract import CHUNK_HORIZON
+
 
 def execute_chunk(step: Callable[[np.ndarray], tuple], actions: np.ndarray, execute_horizon: int):
     """Call ``step`` on up to ``execute_horizon`` (validated) actions, stopping at termination/truncation.
@@ -33,7 +35,7 @@ class ChunkStepEnv(gym.Wrapper):
     ``info['steps_executed']`` keep the exact per-step rewards and the chunk boundary.
     """
 
-    def __init__(self, env: gym.Env, horizon: int = 16):
+    def __init__(self, env: gym.Env, horizon: int = CHUNK_HORIZON):
         super().__init__(env)
         self.horizon = horizon
         low = float(env.action_space.low[0])

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from diffpolicy_ros.contract import CONTROL_PERIOD_S, EXECUTE_HORIZON
 from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.expert import TwoRouteExpert
 from diffpolicy_ros.sim.push_env import INSTRUCTION_CHARSET
@@ -31,7 +32,7 @@ POINT_MASS_INSTRUCTION = "reach the goal"
 @dataclass
 class PointMassConfig:
     obs_mode: str = "state"  # the only mode: the task has no cameras
-    dt: float = 0.1
+    dt: float = CONTROL_PERIOD_S
     max_speed: float = 1.0  # m/s per axis
     obstacle_radius: float = 0.3
     start_y: float = -0.8
@@ -39,7 +40,7 @@ class PointMassConfig:
     spawn_jitter: float = 0.15  # m, uniform in x for start and goal
     goal_tolerance: float = 0.1
     max_episode_steps: int = 40
-    execute_horizon: int = 4
+    execute_horizon: int = EXECUTE_HORIZON
     progress_scale: float = 1.0
     success_bonus: float = 1.0
     collision_penalty: float = 1.0

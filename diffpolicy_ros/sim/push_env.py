@@ -28,20 +28,21 @@ import numpy as np
 from gymnasium import spaces
 
 from diffpolicy_ros.assets import sim_asset
+from diffpolicy_ros.contract import (
+    ARM_JOINTS,
+    CAMERAS,
+    CONTROL_PERIOD_S,
+    DEFAULT_INSTRUCTION,
+    EXECUTE_HORIZON,
+    IMAGE_SIZE,
+    MAX_SPEED,
+    PROPRIO_DIM,
+)
 from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.ik import DiffIK, IKConfig
 
-ARM_JOINTS = (
-    "shoulder_pan_joint",
-    "shoulder_lift_joint",
-    "elbow_joint",
-    "wrist_1_joint",
-    "wrist_2_joint",
-    "wrist_3_joint",
-)
-CAMERAS = ("top", "side")
 INSTRUCTION_CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,'-"
-PUSH_INSTRUCTION = "push the block to the target"
+PUSH_INSTRUCTION = DEFAULT_INSTRUCTION
 GOAL_COLOURS = ("red", "blue")
 ROUTE_PASS_TOLERANCE = 0.02  # m: the pusher is "abreast" of the block when their x differ by less
 ROUTE_SIDE_OFFSET = 0.03  # m: lateral offset that counts as passing on one side
@@ -56,13 +57,13 @@ class PushConfig:
 
     two_goals: bool = False
     obs_mode: str = "state"  # 'state' | 'image'
-    image_size: int = 128
+    image_size: int = IMAGE_SIZE
     render_quality: str = "fast"  # 'fast' (no shadows, no AA) | 'rich'
-    control_dt: float = 0.1  # s, one action
+    control_dt: float = CONTROL_PERIOD_S  # s, one action
     ik_rate_hz: float = 50.0  # IK ticks per second inside a control step
-    max_speed: float = 0.25  # m/s per axis
+    max_speed: float = MAX_SPEED  # m/s per axis
     max_episode_steps: int = 120  # 12 s at 10 Hz
-    execute_horizon: int = 16  # actions of a chunk that step_chunk executes
+    execute_horizon: int = EXECUTE_HORIZON  # actions of a chunk that step_chunk executes
     success_radius: float = 0.04  # m, block centre to goal centre
     workspace_low: tuple[float, float, float] = (0.15, -0.40, 0.022)
     workspace_high: tuple[float, float, float] = (0.85, 0.40, 0.20)
@@ -130,7 +131,7 @@ class PushEnv(gym.Env):
 
         self.action_space = spaces.Box(-cfg.max_speed, cfg.max_speed, shape=(3,), dtype=np.float32)
         obs_spaces: dict[str, spaces.Space] = {
-            "proprio": spaces.Box(-np.inf, np.inf, shape=(16,), dtype=np.float32),
+            "proprio": spaces.Box(-np.inf, np.inf, shape=(PROPRIO_DIM,), dtype=np.float32),
             "instruction": spaces.Text(max_length=64, min_length=1, charset=INSTRUCTION_CHARSET),
         }
         if cfg.two_goals:

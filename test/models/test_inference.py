@@ -80,17 +80,31 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
     out = native(image_obs)
     assert np.isnan(out[..., 0]).all() and np.isnan(ChunkPredictor(policy, "cpu", backend="eager")(image_obs)).any()
     loop = native._native
+    lay = loop.layout
     films = torch.zeros(loop.coefs.shape[0], 1, 10)
+
+    def call(weights=lay.weights, convs=lay.convs, norms=lay.norms, films=films):
+        loop.kernel.unet_ddim(
+            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), weights, loop.dims, convs, norms,
+            True, False,
+        )
+
     with pytest.raises(RuntimeError, match="weight"):
-        loop.kernel.unet_ddim(
-            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), loop.weights[:-1],
-            loop.dims, loop.kernel_size, loop.groups, True, False,
-        )  # fmt: skip
+        call(weights=lay.weights[:-1])
+    with pytest.raises(RuntimeError, match="layout"):
+        call(convs=lay.convs[:-4])
+    with pytest.raises(RuntimeError, match="layout"):
+        call(convs=[*lay.convs[:-4], 3, 1, 1, 0])  # the 1x1 output conv described as kernel 3
     with pytest.raises(RuntimeError, match="films"):
-        loop.kernel.unet_ddim(
-            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), loop.weights,
-            loop.dims, loop.kernel_size, loop.groups, True, False,
-        )  # fmt: skip
+        call()
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
+def test_native_kernel_reads_the_coefficients_by_the_python_names():
+    from diffpolicy_ros.models.native import native_kernel
+    from diffpolicy_ros.models.scheduler import DDIMCoefficients
+
+    assert list(native_kernel().coef_names()) == list(DDIMCoefficients._fields)
 
 
 def test_batched_call_and_new_instruction(image_obs):
@@ -105,23 +119,27 @@ def test_batched_call_and_new_instruction(image_obs):
 
 
 @pytest.mark.quick
-def test_stochastic_policy_fast_path_equals_eager_and_matches_predict_chunk(image_obs):
-    """A PPO-fine-tuned policy deploys its stochastic chain: the fast path draws the same per-step noise."""
-    cfg = DiffusionPolicyConfig(fusion=FusionConfig(use_images=False), eta=1.0, min_std=0.1, stochastic=True)
+@pytest.mark.parametrize("stochastic", [False, True], ids=["bc_deterministic", "ppo_stochastic"])
+def test_deployed_predictor_is_the_training_sampler_on_the_same_noise(image_obs, stochastic):
+    """``DiffusionPolicy.sample`` (what training and evaluation use) and the deployed ``ChunkPredictor`` (every
+    backend) draw the same noise in the same order and run the same loop: equal chunks, for the deterministic
+    DDIM chain of a BC policy and the stochastic chain (eta 1, min_std) a PPO-fine-tuned policy deploys."""
+    cfg = DiffusionPolicyConfig(fusion=FusionConfig(use_images=False), eta=float(stochastic), stochastic=stochastic)
     torch.manual_seed(0)
     policy = DiffusionPolicy(cfg).eval()
-    fast = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="fast")
-    eager = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="eager")
-    a = fast(image_obs, torch.Generator().manual_seed(5))
-    np.testing.assert_allclose(a, eager(image_obs, torch.Generator().manual_seed(5)), atol=1e-4)
-    assert not np.allclose(a, fast(image_obs, torch.Generator().manual_seed(6)), atol=1e-3)  # it is stochastic
-    # the same distribution as the training-side sampler: compare the spread of many samples
-    batch = {"proprio": np.stack([image_obs["proprio"]] * 256), "instruction": [image_obs["instruction"]] * 256}
-    spread_fast = fast(batch, torch.Generator().manual_seed(7)).std(0).mean()
-    torch.manual_seed(8)
+    for param in policy.unet.parameters():  # away from the near-identity init, so every layer matters
+        param.data.add_(0.05 * torch.randn_like(param))
+    policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.1], [0.25, 0.25, 0.1]]))
+    batch = {"proprio": np.stack([image_obs["proprio"]] * 3), "instruction": [image_obs["instruction"]] * 3}
     with torch.inference_mode():
-        spread_ref = policy.predict_chunk(obs_to_torch(batch, "cpu")).std(0).mean().item()
-    assert abs(spread_fast - spread_ref) < 0.2 * spread_ref
+        reference = policy.predict_chunk(obs_to_torch(batch, "cpu"), generator=torch.Generator().manual_seed(5))
+    backends = ["eager", "traced"] + (["native"] if HAS_COMPILER else [])
+    for backend in backends:
+        predictor = ChunkPredictor(policy, "cpu", backend=backend)
+        out = predictor(batch, torch.Generator().manual_seed(5))
+        np.testing.assert_allclose(out, reference.numpy(), atol=1e-5, err_msg=backend)
+        if stochastic:  # and the noise matters
+            assert not np.allclose(out, predictor(batch, torch.Generator().manual_seed(6)), atol=1e-3)
 
 
 @pytest.mark.quick

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.distributions import Normal
@@ -52,7 +54,7 @@ def test_ddim_step_matches_diffusers(steps, eta):
         eps = torch.randn(3, 16, 3, generator=gen)
         z = torch.randn(3, 16, 3, generator=gen)
         expected = ref.step(eps, t, x, eta=eta, variance_noise=z).prev_sample
-        mine = ours.ddim_mean(x, eps, coefs[k]) + coefs[k, 4] * z
+        mine = ours.ddim_mean(x, eps, coefs, k) + coefs.sigma[k] * z
         torch.testing.assert_close(mine, expected, rtol=1e-4, atol=1e-5)
         x = expected
 
@@ -66,22 +68,25 @@ def tiny_policy() -> DiffusionPolicy:
 
 
 @pytest.mark.quick
-def test_chain_log_prob_equals_direct_normal_and_reaches_the_unet():
+def test_record_log_prob_equals_direct_normal_and_reaches_the_unet():
     torch.manual_seed(0)
     policy = tiny_policy()
     cond = torch.randn(5, 32)
     steps, eta, min_std, last_k = 10, 1.0, 0.1, 4
+    policy.config = dataclasses.replace(
+        policy.config, ddim_steps=steps, eta=eta, min_std=min_std, finetune_steps=last_k
+    )
     with torch.no_grad():
-        _, chain = policy.sample(cond, steps, eta=eta, min_std=min_std, return_chain=True)
-    logp = policy.chain_log_prob(cond, chain, steps, eta=eta, min_std=min_std, last_k=last_k)
+        _, chain = policy.explore(cond)
+    logp = policy.record_log_prob(cond, chain)
 
     sched, unet = policy.schedule, policy.unet
     coefs = sched.ddim_coefficients(steps, eta)
     expected = torch.zeros(5)
     for k in range(steps - last_k, steps):
         t = torch.full((5,), sched.ddim_timesteps(steps)[k])
-        mean = sched.ddim_mean(chain[:, k], unet(chain[:, k], t, cond), coefs[k])
-        std = coefs[k, 4].clamp(min=min_std)
+        mean = sched.ddim_mean(chain[:, k], unet(chain[:, k], t, cond), coefs, k)
+        std = coefs.sigma[k].clamp(min=min_std)
         expected += Normal(mean, std).log_prob(chain[:, k + 1]).sum(dim=(1, 2))
     torch.testing.assert_close(logp, expected, rtol=1e-4, atol=1e-3)
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from diffpolicy_ros.models.checkpoint import load_policy, save_checkpoint
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
 from diffpolicy_ros.models.factory import PolicySpec, spec_dict
 from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.models.minilm import shared_minilm
-from diffpolicy_ros.rl.checkpoint import load_policy, save_checkpoint
 
 RED = "push the block to the red goal"
 BLUE = "Push the block to the BLUE goal, please!"

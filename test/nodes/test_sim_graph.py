@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from diffpolicy_ros.models.factory import build_policy, policy_spec, spec_dict
+from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
+from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.nodes.graph import graph as graph_definition
 from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
-from diffpolicy_ros.rl.checkpoint import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH_NODES = {n.name for n in graph_definition("sim_train", {"trainer": "false"})}
@@ -33,10 +33,7 @@ def constant_velocity_checkpoint(path: Path, velocity: tuple[float, float, float
     v = torch.tensor(velocity)
     policy.action_norm.low.copy_(v)
     policy.action_norm.high.copy_(v)
-    return save_checkpoint(
-        path,
-        {"policy_spec": spec_dict(spec), "model": policy.state_dict(), "meta": {"task": "push", "obs_mode": "image"}},
-    )
+    return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="test", obs_mode="image")))
 
 
 def spin_until(node, predicate, timeout: float) -> bool:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.models.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
 from diffpolicy_ros.rl.bc import BCConfig, BCRun, chunk_targets, random_shift, train_bc
-from diffpolicy_ros.rl.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
 from diffpolicy_ros.sim.demos import run_demos
 
 TINY_POLICY = {
@@ -137,4 +137,4 @@ def test_train_bc_cli_end_to_end(demos, tmp_path, run_cli):
         tmp_path / "runs",
     )
     assert result["iters"] == 10 and Path(result["checkpoint"]).is_file()
-    assert load_checkpoint(result["checkpoint"])["meta"]["bc_config"]["iters"] == 10
+    assert load_checkpoint(result["checkpoint"])["meta"]["config"]["train"]["iters"] == 10

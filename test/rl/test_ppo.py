@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from diffpolicy_ros.config import from_dict
-from diffpolicy_ros.rl.checkpoint import load_checkpoint, load_policy
+from diffpolicy_ros.models.checkpoint import load_checkpoint, load_policy
 from diffpolicy_ros.rl.ppo import PPORun, PPOTrainer, latest_checkpoint, load_ppo_run, train_ppo
 from diffpolicy_ros.rl.ppo_math import normalize_advantages
 from diffpolicy_ros.sim import TASKS
@@ -43,8 +43,7 @@ TINY_RUN = {
         "n_envs": 4,
         "rollout_steps": 10,
         "asynchronous_envs": False,
-        "ddim_steps": 5,
-        "finetune_steps": 3,
+        "sampler": {"ddim_steps": 5, "finetune_steps": 3},
         "micro_batch": 16,
         "grad_accum": 2,
         "update_epochs": 2,

@@ -18,7 +18,7 @@ def test_diffusion_ppo_clearly_improves_a_weak_bc_start(tmp_path):
 
     run = load_ppo_run(config_file("train/point_mass.yaml"))
     run.init = init
-    run.train.total_env_steps = 24_000  # 10 iterations of 64 envs
+    run.train.total_env_steps = 48_000  # 20 iterations of 64 envs
     run.train.eval_every, run.train.eval_episodes = 0, 200
     trainer = PPOTrainer(run, tmp_path / "ppo", progress=False)
     initial = trainer.evaluate(200)["success_rate"]  # the stochastic chain PPO fine-tunes (and deploys)

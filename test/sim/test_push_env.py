@@ -155,7 +155,7 @@ def test_step_chunk_matches_single_steps_and_respects_execute_horizon():
 
 
 def test_step_chunk_stops_at_termination():
-    env = make_env("push", max_episode_steps=5)
+    env = make_env("push", max_episode_steps=5, execute_horizon=16)
     env.reset(seed=0)
     _, rewards, terminated, truncated, info = env.step_chunk(np.zeros((16, 3)))
     assert len(rewards) == 5 and truncated and not terminated
@@ -253,7 +253,7 @@ def test_gymnasium_env_checker_passes(task, obs_mode):
 
 
 def test_chunk_wrapper_sums_rewards_and_keeps_boundaries():
-    env = ChunkStepEnv(make_env("push", max_episode_steps=20), horizon=16)
+    env = ChunkStepEnv(make_env("push", max_episode_steps=20, execute_horizon=16), horizon=16)
     env.reset(seed=0)
     chunk = np.full((16, 3), 0.05, np.float32)
     _, r1, _, _, info1 = env.step(chunk)

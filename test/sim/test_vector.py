@@ -46,7 +46,7 @@ def test_vector_env_equals_single_envs_with_same_seeds(obs_mode):
 
 
 def test_vector_env_autoresets_finished_envs_in_the_same_step():
-    venv = make_vec_env("push", 2, chunk_horizon=16, max_episode_steps=20)
+    venv = make_vec_env("push", 2, chunk_horizon=16, max_episode_steps=20, execute_horizon=16)
     try:
         venv.reset(seed=0)
         venv.step(np.zeros((2, 16, 3), np.float32))

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -21,8 +22,16 @@ struct Conv {
   Tensor wt;    // [K*C_in, C_out], row (k, c_in)
   Tensor bias;  // [C_out]
   int64_t k, stride, pad;
-  bool transpose;  // ConvTranspose1d(k=4, stride=2, pad=1)
+  bool transpose;  // ConvTranspose1d
 };
+
+// Columns of the packed DDIM coefficients: NoiseSchedule.ddim_coefficients -> DDIMCoefficients.packed(), whose
+// field order coef_names() returns (a test compares them).
+enum Coef { kSqrtAlphaBar, kSqrtOneMinusAlphaBar, kSqrtAlphaBarPrev, kDirection, kSigma, kNumCoefs };
+
+std::vector<std::string> coef_names() {
+  return {"sqrt_alpha_bar", "sqrt_one_minus_alpha_bar", "sqrt_alpha_bar_prev", "direction", "sigma"};
+}
 
 struct Norm {
   const float* gamma;
@@ -30,9 +39,11 @@ struct Norm {
   int64_t groups;
 };
 
-struct Reader {  // walks the flat weight list in the order native.py writes it
+struct Reader {  // walks the flat weight list and its layout in the order native.py writes them
   const std::vector<Tensor>& w;
-  size_t i = 0;
+  const std::vector<int64_t>& convs;  // (kernel, stride, padding, transposed) per conv
+  const std::vector<int64_t>& norms;  // groups per GroupNorm
+  size_t i = 0, ci = 0, ni = 0;
   Tensor next() {
     TORCH_CHECK(i < w.size(), "unet_ddim: the weight list is shorter than the layout needs");
     const Tensor& t = w[i++];
@@ -40,14 +51,24 @@ struct Reader {  // walks the flat weight list in the order native.py writes it
                 "unet_ddim: weights must be contiguous float32 CPU tensors");
     return t;
   }
-  Conv conv(int64_t k, int64_t stride, int64_t pad, bool transpose = false) {
+  Conv conv() {
+    TORCH_CHECK(ci + 4 <= convs.size(), "unet_ddim: the conv layout is shorter than the net needs");
+    const int64_t k = convs[ci], stride = convs[ci + 1], pad = convs[ci + 2];
+    const bool transpose = convs[ci + 3] != 0;
+    ci += 4;
+    TORCH_CHECK(k > 0 && stride > 0 && pad >= 0, "unet_ddim: bad conv layout (k ", k, ", stride ", stride, ")");
     Tensor wt = next();
     Tensor b = next();
+    TORCH_CHECK(wt.dim() == 2 && wt.size(0) % k == 0 && b.numel() == wt.size(1),
+                "unet_ddim: a conv weight does not match its layout (kernel ", k, ")");
     return {wt, b, k, stride, pad, transpose};
   }
-  Norm norm(int64_t groups) {
+  Norm norm() {
+    TORCH_CHECK(ni < norms.size() && norms[ni] > 0, "unet_ddim: the norm layout is shorter than the net needs");
+    const int64_t groups = norms[ni++];
     Tensor g = next();
     Tensor b = next();
+    TORCH_CHECK(g.numel() % groups == 0, "unet_ddim: GroupNorm channels not divisible by its groups");
     return {g.data_ptr<float>(), b.data_ptr<float>(), groups};
   }
 };
@@ -55,7 +76,7 @@ struct Reader {  // walks the flat weight list in the order native.py writes it
 // im2col in token-major layout, then one GEMM. x: [B*L, C_in] -> [B*L_out, C_out].
 Tensor conv1d(const Tensor& x, int64_t B, int64_t L, const Conv& c, int64_t& L_out) {
   const int64_t c_in = x.size(1);
-  if (c.k == 1 && c.stride == 1 && !c.transpose) {
+  if (c.k == 1 && c.stride == 1 && c.pad == 0 && !c.transpose) {
     L_out = L;
     return at::addmm(c.bias, x, c.wt);
   }
@@ -176,19 +197,19 @@ Tensor unet_forward(const Net& net, const Tensor& x, int64_t B, int64_t L0, cons
   return conv1d(h, B, L, net.final_out, L_out);
 }
 
-Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dims, int64_t kernel, int64_t groups) {
-  Reader r{weights};
+Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dims, const std::vector<int64_t>& convs,
+             const std::vector<int64_t>& norms) {
+  Reader r{weights, convs, norms};
   Net net;
-  const int64_t pad = kernel / 2;
   int64_t film_offset = 0;
   auto block = [&](int64_t c_in, int64_t c_out) {
     Block b;
-    b.c1 = r.conv(kernel, 1, pad);
-    b.n1 = r.norm(groups);
-    b.c2 = r.conv(kernel, 1, pad);
-    b.n2 = r.norm(groups);
+    b.c1 = r.conv();
+    b.n1 = r.norm();
+    b.c2 = r.conv();
+    b.n2 = r.norm();
     b.has_res = c_in != c_out;
-    if (b.has_res) b.res = r.conv(1, 1, 0);
+    if (b.has_res) b.res = r.conv();
     b.c_out = c_out;
     b.film_offset = film_offset;
     film_offset += 2 * c_out;
@@ -197,27 +218,30 @@ Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dim
   const size_t levels = dims.size() - 1;
   for (size_t i = 0; i < levels; ++i) {
     net.down.push_back({block(dims[i], dims[i + 1]), block(dims[i + 1], dims[i + 1])});
-    if (i + 1 < levels) net.down_sample.push_back(r.conv(3, 2, 1));
+    if (i + 1 < levels) net.down_sample.push_back(r.conv());
   }
   net.mid = {block(dims[levels], dims[levels]), block(dims[levels], dims[levels])};
   for (size_t i = levels - 1; i >= 1; --i) {  // up levels mirror the down path, without the outermost
     net.up.push_back({block(2 * dims[i + 1], dims[i]), block(dims[i], dims[i])});
-    net.up_sample.push_back(r.conv(4, 2, 1, true));
+    net.up_sample.push_back(r.conv());
   }
-  net.final_conv = r.conv(kernel, 1, pad);
-  net.final_norm = r.norm(groups);
-  net.final_out = r.conv(1, 1, 0);
+  net.final_conv = r.conv();
+  net.final_norm = r.norm();
+  net.final_out = r.conv();
   TORCH_CHECK(r.i == weights.size(), "unet_ddim: ", weights.size(), " weights given, the layout uses ", r.i);
+  TORCH_CHECK(r.ci == convs.size() && r.ni == norms.size(), "unet_ddim: the layout describes more layers than the net");
   net.film_size = film_offset;
   return net;
 }
 
 }  // namespace
 
-// x: x_T [B, H, A]; films: [K, B, F] (every block's FiLM scale/shift for each step); coefs: [K, 5] rows of
-// NoiseSchedule.ddim_coefficients; stds: [K]; step_noise: [K, B, H, A] (used when stochastic).
+// x: x_T [B, H, A]; films: [K, B, F] (every block's FiLM scale/shift for each step); coefs: [K, kNumCoefs]
+// (DDIMCoefficients.packed()); stds: [K]; step_noise: [K, B, H, A] (used when stochastic); weights, convs, norms:
+// native.unet_layout().
 Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_noise, std::vector<Tensor> weights,
-                 std::vector<int64_t> dims, int64_t kernel, int64_t groups, bool clip_sample, bool stochastic) {
+                 std::vector<int64_t> dims, std::vector<int64_t> convs, std::vector<int64_t> norms, bool clip_sample,
+                 bool stochastic) {
   TORCH_CHECK(x.dim() == 3 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
               "unet_ddim: x must be [B, H, A] float32 on the CPU");
   at::NoGradGuard no_grad;
@@ -225,15 +249,15 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
   TORCH_CHECK(films.dim() == 3 && films.size(1) == B && films.scalar_type() == at::kFloat,
               "unet_ddim: films must be [K, B, F] float32");
   const int64_t K = films.size(0), F = films.size(2);
-  TORCH_CHECK(coefs.dim() == 2 && coefs.size(0) == K && coefs.size(1) == 5 && stds.numel() == K,
-              "unet_ddim: coefs must be [K, 5] and stds [K]");
+  TORCH_CHECK(coefs.dim() == 2 && coefs.size(0) == K && coefs.size(1) == kNumCoefs && stds.numel() == K,
+              "unet_ddim: coefs must be [K, ", kNumCoefs, "] and stds [K]");
   TORCH_CHECK(!stochastic || (step_noise.dim() == 4 && step_noise.size(0) == K && step_noise.size(1) == B &&
                               step_noise.size(2) == H && step_noise.size(3) == A),
               "unet_ddim: step_noise must be [K, B, H, A]");
-  const Net net = read_net(weights, dims, kernel, groups);
+  const Net net = read_net(weights, dims, convs, norms);
   TORCH_CHECK(net.film_size == F, "unet_ddim: films carry ", F, " values per sample, the net needs ", net.film_size);
-  TORCH_CHECK(net.down.at(0).at(0).c1.wt.size(0) == kernel * A, "unet_ddim: the first conv does not take ", A,
-              " action dims");
+  const Conv& first = net.down.at(0).at(0).c1;
+  TORCH_CHECK(first.wt.size(0) == first.k * A, "unet_ddim: the first conv does not take ", A, " action dims");
   // Owned, contiguous float32 copies: every raw pointer below points into one of these.
   films = films.contiguous();
   coefs = coefs.to(at::kFloat).contiguous();
@@ -244,15 +268,15 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
   for (int64_t k = 0; k < K; ++k) {
     Tensor eps = unet_forward(net, cur, B, H, films.data_ptr<float>() + k * B * F, F);
     TORCH_CHECK(eps.size(1) == A, "unet_ddim: the net predicts ", eps.size(1), " action dims, x has ", A);
-    const float* c = coefs.data_ptr<float>() + 5 * k;
+    const float* c = coefs.data_ptr<float>() + kNumCoefs * k;
     const float* e = eps.data_ptr<float>();
     const float* z = stochastic ? step_noise.data_ptr<float>() + k * n : nullptr;
     const float std_k = stds.data_ptr<float>()[k];
     float* xs = cur.data_ptr<float>();
     for (int64_t i = 0; i < n; ++i) {  // NoiseSchedule.ddim_mean, then the step's noise
-      float x0 = (xs[i] - c[1] * e[i]) / c[0];
+      float x0 = (xs[i] - c[kSqrtOneMinusAlphaBar] * e[i]) / c[kSqrtAlphaBar];
       if (clip_sample) x0 = x0 > 1.f ? 1.f : (x0 < -1.f ? -1.f : x0);  // like torch.clamp, NaN stays NaN
-      float v = c[2] * x0 + c[3] * e[i];
+      float v = c[kSqrtAlphaBarPrev] * x0 + c[kDirection] * e[i];
       if (z) v += std_k * z[i];
       xs[i] = v;
     }
@@ -262,4 +286,5 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unet_ddim", &unet_ddim, "DDIM loop of the FiLM 1-D U-Net (token-major, fused epilogues)");
+  m.def("coef_names", &coef_names, "the column order of the packed DDIM coefficients this kernel reads");
 }

@@ -1,14 +1,21 @@
-"""Checkpoints: written atomically, loaded with ``torch.load(weights_only=True)``.
+"""Checkpoints: one typed payload, written atomically, loaded with ``torch.load(weights_only=True)``.
 
-A checkpoint is a plain dict of tensors and Python primitives:
-    format, version, policy_spec (config dict), model (the weights to deploy: EMA when training used EMA),
-    plus whatever training needs to resume (optimizer, ema, lr scheduler, step, RNG states) and ``meta``.
+On disk a checkpoint is a plain dict of tensors and Python primitives (what ``weights_only`` accepts):
+
+    format, version            "diffpolicy_ros/checkpoint", :data:`VERSION`
+    policy_spec                the policy config (kind + the active head's dataclass as a dict)
+    model                      the weights to deploy (the EMA weights when BC used EMA)
+    meta                       :class:`CheckpointMeta` as a dict: source, task, obs_mode, execute_horizon, ...
+    train_state                only where a resume needs it (optimizers, counters, RNG states)
+
 The model's state_dict includes the noise schedule and every normalizer (they are buffers), so a loaded
-policy samples exactly as the saved one did.
+policy samples exactly as the saved one did. Loading for deployment lives here, in the model layer, so the
+policy node needs neither the trainer nor a simulator.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +23,36 @@ import torch
 from torch import nn
 
 from diffpolicy_ros.atomic_file import atomic_write
-from diffpolicy_ros.models.factory import build_policy, policy_spec
+from diffpolicy_ros.contract import EXECUTE_HORIZON
+from diffpolicy_ros.models.factory import PolicySpec, build_policy, policy_spec, spec_dict
 
 FORMAT = "diffpolicy_ros/checkpoint"
-VERSION = 1
+VERSION = 2  # 2: meta is a CheckpointMeta (version 1 files still load; their missing meta keys get defaults)
 
 
 class CheckpointError(RuntimeError):
     """The file is missing, truncated, not ours, or does not match its policy config."""
+
+
+@dataclass
+class CheckpointMeta:
+    source: str = "unknown"  # bc | ppo | test
+    task: str = "push"
+    obs_mode: str = "state"  # state | image
+    execute_horizon: int = EXECUTE_HORIZON
+    config: dict = field(default_factory=dict)  # the training run's config (BCRun / PPORun as a dict)
+    metrics: dict = field(default_factory=dict)  # the metrics at the time of saving
+    data: str = ""  # the demonstrations it was trained on (BC)
+
+
+def make_payload(
+    spec: PolicySpec, model: nn.Module, meta: CheckpointMeta, train_state: dict | None = None
+) -> dict[str, Any]:
+    """The one place a checkpoint dict is assembled."""
+    payload = {"policy_spec": spec_dict(spec), "model": model.state_dict(), "meta": asdict(meta)}
+    if train_state is not None:
+        payload["train_state"] = train_state
+    return payload
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
@@ -47,6 +76,12 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
         if key not in ckpt:
             raise CheckpointError(f"{path}: missing {key!r}")
     return ckpt
+
+
+def checkpoint_meta(ckpt: dict[str, Any]) -> CheckpointMeta:
+    """The typed meta of a loaded checkpoint (unknown keys from other versions are ignored)."""
+    known = CheckpointMeta.__dataclass_fields__
+    return CheckpointMeta(**{k: v for k, v in (ckpt.get("meta") or {}).items() if k in known})
 
 
 def policy_from_checkpoint(ckpt: dict[str, Any], name: str = "checkpoint") -> nn.Module:
