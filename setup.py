@@ -5,8 +5,16 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "diffpolicy_ros"
-NODES = ("sim_bridge", "camera_node", "proprio_node", "instruction_node", "policy_node", "chunk_executor",
-         "trainer_node")
+NODES = (
+    "sim_bridge",
+    "camera_node",
+    "proprio_node",
+    "instruction_node",
+    "policy_node",
+    "chunk_executor",
+    "safety_filter",
+    "trainer_node",
+)
 HERE = Path(__file__).parent
 
 
@@ -35,7 +43,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["setuptools"],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "hypothesis"],
         # Ascend: torch_npu must match the installed torch and CANN versions exactly (see README).
         "npu": ["torch_npu"],
     },

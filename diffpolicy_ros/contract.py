@@ -44,6 +44,10 @@ CONTROL_PERIOD_S = 0.1  # one action is held for this long (10 Hz)
 EXECUTE_HORIZON = 4  # actions of a chunk executed before re-planning (BC success 0.84 at 4 vs 0.72 at 8)
 MAX_SPEED = 0.25  # m/s per axis: the task's velocity command limit
 
+# The task's workspace: the sim keeps the pusher in this box; the sim graph's safety filter uses it too.
+WORKSPACE_LOW: tuple[float, float, float] = (0.15, -0.40, 0.022)  # m, in WORLD_FRAME
+WORKSPACE_HIGH: tuple[float, float, float] = (0.85, 0.40, 0.20)
+
 DEFAULT_INSTRUCTION = "push the block to the target"
 MAX_INSTRUCTION_CHARS = 256
 

@@ -13,7 +13,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
-from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, parameter, positive, run_node
+from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, ParameterError, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
 
 
@@ -47,7 +47,8 @@ class CameraNode(Node):
         if device:
             self.capture = cv2.VideoCapture(int(device) if device.isdigit() else device)
             if not self.capture.isOpened():
-                raise RuntimeError(f"camera_node: cannot open capture device {device!r}")
+                name = self.get_name()
+                raise ParameterError(f"{name}: parameter 'device' = {device!r}: cannot open this capture device")
             self.create_timer(1.0 / device_rate_hz, self.on_capture)
         else:
             topic = self.get_parameter("input_topic").value or raw_camera_topic(name)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diffpolicy_ros import contract as C
+
 ARGUMENTS: dict[str, dict[str, str]] = {
     "sim_train": {
         "device": "auto",
@@ -26,12 +28,21 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "ppo_env_steps": "200000",  # PPO fine-tuning after BC (0: BC only)
         "ppo_config": "",  # default config/train/push.yaml
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
+        "max_speed": str(C.MAX_SPEED),  # safety filter: m/s on the norm of the commanded velocity
+        "dry_run": "false",  # safety filter: publish zero, report what would be sent on ~/would_send
     },
     "real_arm": {
         "checkpoint": "",
         "device": "auto",
         "ddim_steps": "0",  # 0: the checkpoint's own
-        "cmd_twist_topic": "/servo_node/delta_twist_cmds",  # MoveIt Servo's twist input
+        "cmd_twist_topic": "/servo_node/delta_twist_cmds",  # MoveIt Servo's twist input (the filter's output)
+        "box_low": "",  # REQUIRED: workspace box of the tool, "[x, y, z]" in m in frame_id; no default on purpose
+        "box_high": "",
+        "frame_id": C.WORLD_FRAME,  # the frame of the commands and of /arm/ee_pose
+        "max_speed": "0.1",  # m/s: start slow on a real cell
+        "max_accel": "0.5",  # m/s^2
+        "max_run_time_s": "120.0",  # the filter latches 'timeout' after this long active (0: no limit)
+        "dry_run": "true",  # the first run of a new cell: nothing moves, ~/would_send shows what would
         "executor_rate_hz": "30.0",
         "instruction": "push the block to the target",
         "top_device": "",  # OpenCV capture device of each camera ('' = use the driver's topic)
@@ -58,6 +69,24 @@ def _bool(text: str) -> bool:
     return str(text).lower() in ("1", "true", "yes", "on")
 
 
+def _point(text: str, name: str) -> list[float]:
+    """'[x, y, z]' or 'x,y,z' -> three floats (an error names the argument)."""
+    parts = [p for p in str(text).strip().strip("[]").replace(",", " ").split() if p]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ValueError(f"argument {name}:={text!r}: expected three numbers, e.g. {name}:='[0.3, -0.2, 0.05]'")
+    return values
+
+
+def safety_filter(a: dict[str, str], remappings: list | None = None, **parameters) -> NodeSpec:
+    """The safety filter: executor -> /arm/cmd_twist -> filter -> /arm/cmd_twist_safe (the arm's input)."""
+    params = {"max_speed": float(a["max_speed"]), "dry_run": _bool(a["dry_run"]), **parameters}
+    return NodeSpec("safety_filter", "safety_filter", params, remappings=remappings or [])
+
+
 def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
     """The nodes of graph ``name`` with arguments applied (unknown arguments are an error)."""
     if name not in ARGUMENTS:
@@ -76,17 +105,22 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
 
     if name == "sim_train":
         sim_time = {"use_sim_time": True}
+        rtf = float(a["real_time_factor"])
         nodes = [
-            NodeSpec(
-                "sim_bridge",
-                "sim_bridge",
-                {"task": a["task"], "seed": int(a["seed"]), "real_time_factor": float(a["real_time_factor"])},
-            ),
+            NodeSpec("sim_bridge", "sim_bridge", {"task": a["task"], "seed": int(a["seed"]), "real_time_factor": rtf}),
             *cameras,
             proprio,
-            NodeSpec("instruction_node", "instruction_node", {"relay_topic": "/task/episode_instruction"}),
+            NodeSpec("instruction_node", "instruction_node", {"relay_topic": C.EPISODE_INSTRUCTION_TOPIC}),
             policy,
             NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"])}),
+            safety_filter(
+                a,
+                box_low=list(C.WORKSPACE_LOW),
+                box_high=list(C.WORKSPACE_HIGH),
+                # the deadman runs on the steady clock: a slowed-down sim sends commands further apart
+                command_timeout_s=0.25 / min(rtf, 1.0),
+                pose_timeout_s=0.25 / min(rtf, 1.0),
+            ),
             NodeSpec(
                 "trainer_node",
                 "trainer_node",
@@ -115,17 +149,22 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
         for cam in cameras:
             device = a[f"{cam.parameters['camera_name']}_device"]
             if device:
-                cam.parameters["device"] = device
+                cam.parameters["device"] = device  # a string: '0' is an OpenCV index, not an integer parameter
+        box = {k: _point(a[k], k) for k in ("box_low", "box_high") if a[k]}
         return [
             *cameras,
             proprio,
             NodeSpec("instruction_node", "instruction_node", {"instruction": a["instruction"]}),
             policy,
-            NodeSpec(
-                "chunk_executor",
-                "chunk_executor",
-                {"rate_hz": float(a["executor_rate_hz"])},
-                remappings=[("/arm/cmd_twist", a["cmd_twist_topic"])],
+            NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"])}),
+            safety_filter(
+                a,
+                **box,
+                require_box=True,  # refuses to start without an explicit box
+                frame_id=a["frame_id"],
+                max_accel=float(a["max_accel"]),
+                max_run_time_s=float(a["max_run_time_s"]),
+                remappings=[(C.CMD_TWIST_SAFE_TOPIC, a["cmd_twist_topic"])],
             ),
         ]
 

@@ -13,6 +13,7 @@ def generate(graph_name: str):
     from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable, Shutdown
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
+    from launch_ros.parameter_descriptions import ParameterValue
 
     from launch import LaunchDescription
 
@@ -23,7 +24,9 @@ def generate(graph_name: str):
                 package="diffpolicy_ros",
                 executable=spec.executable,
                 name=spec.name,
-                parameters=[spec.parameters],
+                # strings stay strings ('0' is a device name, not the integer 0)
+                parameters=[{k: ParameterValue(v, value_type=str) if isinstance(v, str) else v
+                             for k, v in spec.parameters.items()}],  # fmt: skip
                 remappings=spec.remappings,
                 output="screen",
                 on_exit=Shutdown(reason=f"required node {spec.name} exited") if spec.required else None,

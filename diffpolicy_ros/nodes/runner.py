@@ -8,6 +8,7 @@ ROS traffic stays on this machine unless the caller set ROS_AUTOMATIC_DISCOVERY_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,7 +28,7 @@ def ros_args(spec: NodeSpec) -> list[str]:
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, str):
-            text = value if value else "''"
+            text = json.dumps(value)  # quoted YAML: '0' stays the string "0", not the integer 0
         else:
             text = str(value)
         args += ["-p", f"{key}:={text}"]

@@ -1,7 +1,8 @@
 """sim_bridge: the MuJoCo push env as a robot, speaking the real-arm topics.
 
-Steps the sim at the control rate (times ``real_time_factor``), applying the last ``/arm/cmd_twist`` for at
-most one control period (then zero: a robot without fresh commands stops), and publishes cameras,
+Steps the sim at the control rate (times ``real_time_factor``), applying the last ``/arm/cmd_twist_safe``
+(the safety filter's output) for at most one control period (then zero: a robot without fresh commands
+stops), and publishes cameras,
 joint states, poses, the episode's instruction and ``/clock``. Episodes reset automatically; outcomes go to
 ``/diagnostics``.
 """
@@ -77,7 +78,8 @@ class SimBridge(Node):
         self.pub_instruction = self.create_publisher(String, C.EPISODE_INSTRUCTION_TOPIC, LATCHED_QOS)
         self.pub_clock = self.create_publisher(Clock, C.CLOCK_TOPIC, 10)
         self.diag = Diagnostics(self)
-        self.create_subscription(TwistStamped, C.CMD_TWIST_TOPIC, self.on_twist, COMMAND_QOS)
+        # the safety filter's output: the sim obeys what an arm would obey, nothing else
+        self.create_subscription(TwistStamped, C.CMD_TWIST_SAFE_TOPIC, self.on_twist, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self.on_reset)
 
         self.reset_episode()

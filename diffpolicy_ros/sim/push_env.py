@@ -37,6 +37,8 @@ from diffpolicy_ros.contract import (
     IMAGE_SIZE,
     MAX_SPEED,
     PROPRIO_DIM,
+    WORKSPACE_HIGH,
+    WORKSPACE_LOW,
 )
 from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.ik import DiffIK, IKConfig
@@ -65,8 +67,8 @@ class PushConfig:
     max_episode_steps: int = 120  # 12 s at 10 Hz
     execute_horizon: int = EXECUTE_HORIZON  # actions of a chunk that step_chunk executes
     success_radius: float = 0.04  # m, block centre to goal centre
-    workspace_low: tuple[float, float, float] = (0.15, -0.40, 0.022)
-    workspace_high: tuple[float, float, float] = (0.85, 0.40, 0.20)
+    workspace_low: tuple[float, float, float] = WORKSPACE_LOW
+    workspace_high: tuple[float, float, float] = WORKSPACE_HIGH
     pusher_start: tuple[float, float, float] = (0.30, 0.0, 0.025)
     pusher_start_noise: float = 0.03  # m, uniform in x and y
     block_x_range: tuple[float, float] = (0.50, 0.60)

@@ -33,6 +33,7 @@ def test_sim_train_graph_has_every_node_on_sim_time():
         "instruction_node",
         "policy_node",
         "chunk_executor",
+        "safety_filter",
         "trainer_node",
     }
     assert "use_sim_time" not in nodes["sim_bridge"].parameters  # it publishes /clock
@@ -41,11 +42,32 @@ def test_sim_train_graph_has_every_node_on_sim_time():
     assert "trainer_node" not in {n.name for n in graph("sim_train", {"trainer": "false"})}
 
 
-def test_real_arm_remaps_twist_to_servo_and_has_no_sim():
-    nodes = {n.name: n for n in graph("real_arm", {"top_device": "0"})}
+BOX = {"box_low": "[0.3, -0.2, 0.05]", "box_high": "0.7,0.2,0.3"}
+
+
+def test_real_arm_sends_only_the_filtered_twist_to_servo_and_has_no_sim():
+    nodes = {n.name: n for n in graph("real_arm", {"top_device": "0", **BOX})}
     assert "sim_bridge" not in nodes and "trainer_node" not in nodes
-    assert ("/arm/cmd_twist", "/servo_node/delta_twist_cmds") in nodes["chunk_executor"].remappings
+    assert nodes["chunk_executor"].remappings == []  # the executor's intent goes to the filter, never the arm
+    flt = nodes["safety_filter"]
+    assert (("/arm/cmd_twist_safe", "/servo_node/delta_twist_cmds")) in flt.remappings
+    assert flt.parameters["box_low"] == [0.3, -0.2, 0.05] and flt.parameters["box_high"] == [0.7, 0.2, 0.3]
+    assert flt.parameters["require_box"] and flt.parameters["dry_run"]  # a new cell starts in dry run
     assert nodes["camera_top"].parameters["device"] == "0"
+    assert "device:=\"0\"" in ros_args(nodes["camera_top"])  # a string parameter, not the integer 0
+
+
+def test_real_arm_without_a_box_gives_the_filter_none_and_a_bad_box_is_an_error():
+    flt = {n.name: n for n in graph("real_arm")}["safety_filter"]
+    assert "box_low" not in flt.parameters and flt.parameters["require_box"]  # the node refuses to start
+    with pytest.raises(ValueError, match="box_low"):
+        graph("real_arm", {"box_low": "[0.3, 0.2]", "box_high": "[1, 1, 1]"})
+
+
+def test_sim_train_filters_every_command_the_sim_obeys():
+    nodes = {n.name: n for n in graph("sim_train", {"real_time_factor": "0.5"})}
+    flt = nodes["safety_filter"].parameters
+    assert flt["box_low"] == [0.15, -0.4, 0.022] and flt["command_timeout_s"] == pytest.approx(0.5)
 
 
 def test_unknown_graph_or_argument_is_an_error():
@@ -62,4 +84,4 @@ def test_ros_args_encode_types_and_empty_strings():
     spec = graph("sim_train", {"ddim_steps": "20"})[5]
     args = ros_args(spec)
     assert args[:3] == ["--ros-args", "-r", "__node:=policy_node"]
-    assert "ddim_steps:=20" in args and "checkpoint:=''" in args and "use_sim_time:=true" in args
+    assert "ddim_steps:=20" in args and "checkpoint:=\"\"" in args and "use_sim_time:=true" in args

@@ -71,7 +71,7 @@ def test_sim_train_graph_end_to_end(tmp_path):
     graph = spawn_graph("sim_train", overrides, env, stdout=log)
     rclpy.init()
     node = Node("graph_test_probe")
-    chunks, twists, poses = [], [], []
+    chunks, twists, safe, poses = [], [], [], []
     node.create_subscription(
         MultiDOFJointTrajectory,
         "/policy/action_chunk",
@@ -79,6 +79,7 @@ def test_sim_train_graph_end_to_end(tmp_path):
         COMMAND_QOS,
     )
     node.create_subscription(TwistStamped, "/arm/cmd_twist", lambda m: twists.append(m.twist.linear.x), COMMAND_QOS)
+    node.create_subscription(TwistStamped, "/arm/cmd_twist_safe", lambda m: safe.append(m.twist.linear.x), COMMAND_QOS)
     node.create_subscription(PoseStamped, "/task/object_pose", lambda m: poses.append(m.pose.position.x), SENSOR_QOS)
     announce = node.create_publisher(String, "/trainer/checkpoint", LATCHED_QOS)
     try:
@@ -99,8 +100,10 @@ def test_sim_train_graph_end_to_end(tmp_path):
         for _, chunk in chunks:
             assert chunk.shape == (16, 3) and np.all(np.isfinite(chunk))
             np.testing.assert_allclose(chunk, np.tile([0.2, 0.0, 0.0], (16, 1)), atol=1e-4)
-        # the executor streams those velocities, and the pushed block moves
+        # the executor streams those velocities, the safety filter passes them (under its cap), the block moves
         assert sum(abs(v - 0.2) < 1e-6 for v in twists) > 50
+        # (the filter's box stops the pusher at the workspace's far face after ~3 s of +x at 0.2 m/s)
+        assert sum(abs(v - 0.2) < 1e-6 for v in safe) > 20 and max(safe) <= 0.2 + 1e-6
         assert max(poses) - poses[0] > 0.02, (poses[0], max(poses))
 
         # a new checkpoint announced by the trainer is picked up
@@ -111,6 +114,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
         rclpy.try_shutdown()
         code = stop_graph(graph, timeout=30)  # Ctrl-C to the whole launch; None if it had to be killed
         log.close()
-    assert code == 0, (tmp_path / "graph.log").read_text()[-3000:]
+    text = (tmp_path / "graph.log").read_text()
+    assert code == 0, text[-3000:]
+    assert "Traceback" not in text and "Destroyable" not in text, text[-3000:]  # a clean Ctrl-C
     leftover = subprocess.run(["pgrep", "-g", str(graph.pid)], capture_output=True, text=True).stdout.strip()
     assert not leftover, f"processes left running: {leftover}"
