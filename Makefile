@@ -9,7 +9,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 101))')
 export ROS_LOG_DIR ?= $(shell mktemp -d /tmp/diffpolicy_roslog.XXXXXX)
 
-.PHONY: setup test lint sim-train demo bench-sim bench-policy bench-ros clean
+.PHONY: setup test lint sim-train vision-policy demo bench-sim bench-policy bench-ros clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,13 @@ lint: setup
 # Ctrl-C stops the whole graph. Arguments: make sim-train ARGS="device:=cuda iters:=5000".
 sim-train: setup
 	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
+
+# The policy `diffpolicy launch real_arm` loads by default: cameras + joint state + instruction, no block or
+# goal pose. 200 expert episodes with images (~2 min), then BC (see config/policy/diffusion_vision.yaml).
+vision-policy: setup
+	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --out runs/vision/demos.npz --json
+	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision.yaml \
+	  --run-dir runs/vision
 
 demo: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --json

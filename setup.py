@@ -14,6 +14,8 @@ NODES = (
     "chunk_executor",
     "safety_filter",
     "trainer_node",
+    "bag_recorder",
+    "bag_player",
 )
 HERE = Path(__file__).parent
 

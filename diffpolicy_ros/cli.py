@@ -3,9 +3,11 @@
     diffpolicy demo --episodes N --seed S [--task push|push_two_goals] [--out FILE] [--json]
     diffpolicy train-bc --data DEMOS --config config/policy/<name>.yaml [--iters N] [--device D]
     diffpolicy train-ppo --config config/train/<name>.yaml [--init CKPT] [--device D] [--resume auto|CKPT]
-    diffpolicy eval --checkpoint CKPT --episodes N [--task T] [--json]
+    diffpolicy eval --checkpoint CKPT --episodes N [--task T] [--video DIR] [--json]
+    diffpolicy eval-bag BAG --checkpoint CKPT [--samples N] [--out DIR] [--json]
+    diffpolicy record OUT [--topics ...] [--storage mcap|sqlite3] [--duration S]
     diffpolicy plot RUN_DIR
-    diffpolicy bench sim|policy|ros|learn [--json]
+    diffpolicy bench sim|policy|ros|learn|safety [--json]
     diffpolicy launch sim_train|real_arm|replay_eval [name:=value ...]
 
 Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
@@ -22,15 +24,65 @@ from pathlib import Path
 from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
 
 TASK_CHOICES = ("push", "push_two_goals", "point_mass")  # = diffpolicy_ros.sim.TASKS, without importing it
+LEARN_VARIANTS = ("diffusion_ddim10", "diffusion_ddim20", "gaussian")  # = bench.learn.VARIANTS
+
+
+def _warn(text: str) -> None:
+    print(f"diffpolicy: {text}", file=sys.stderr)
+
+
+class UserError(Exception):
+    """A mistake the user can fix: printed as one line, exit status 2."""
+
+
+def default_threads() -> int:
+    """torch intra-op threads: half the cores (1 on this 2-core machine). torch's default (all cores) collapses
+    by an order of magnitude as soon as another process holds a core — the normal state of a robot PC — because
+    its OpenMP threads wait on each other; half the cores leaves room for ROS nodes and the simulator."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in --help, also for options without a help text (None and False say nothing)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            if "%(default)" not in (action.help or ""):
+                action.help = f"{action.help or ''} (default: %(default)s)".strip()
+        return super()._format_action(action)
+
+
+def _flatten(result: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for key, value in result.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        if value and isinstance(value[0], dict):  # e.g. per-file results: the count and the first
+            return f"{len(value)} × {', '.join(f'{k} {_cell(v)}' for k, v in value[0].items())} …"
+        if len(value) > 8:
+            return f"[{len(value)} values: {_cell(value[0])} … {_cell(value[-1])}]"
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    return str(value)
 
 
 def _print_json_or_table(result: dict, as_json: bool) -> None:
+    """``--json``: one JSON object for machines; otherwise a two-column table for people."""
     if as_json:
         print(json.dumps(result))
         return
-    width = max(len(k) for k in result)
-    for key, value in result.items():
-        print(f"{key:<{width}}  {value}")
+    rows = _flatten(result)
+    width = max(len(k) for k in rows)
+    for key, value in rows.items():
+        print(f"{key:<{width}}  {_cell(value)}")
 
 
 def load_task_config(path: Path | None, task: str | None) -> tuple[str, dict]:
@@ -50,6 +102,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from diffpolicy_ros.sim.demos import run_demos
 
     task, env_overrides = load_task_config(args.config, args.task)
+    if args.to_bag is not None:  # the whole topic contract as a cell would record it
+        from diffpolicy_ros.bags.record import write_demo_bag
+
+        if env_overrides:
+            raise UserError("--to-bag records the task's default settings; drop --config")
+        summary = write_demo_bag(
+            args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json
+        )
+        _print_json_or_table(summary, args.json)
+        return 0
 
     out = args.out
     if out is None and args.run_dir is not None:
@@ -62,6 +124,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out=out,
         progress=not args.json,
         env_overrides=env_overrides,
+        video_dir=args.video,
+        video_episodes=args.video_episodes,
     )
     _print_json_or_table(summary.as_dict(), args.json)
     return 0
@@ -82,8 +146,18 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             setattr(run.train, key, value)
+    data = args.data
+    if data.is_dir() or data.suffix in (".mcap", ".db3"):  # rosbag2 bags, through the live preprocessing
+        from diffpolicy_ros.bags.dataset import dataset_from_bags
+        from diffpolicy_ros.models.factory import policy_spec
+
+        task_state = policy_spec(run.policy).active().fusion.use_task_state
+        data, summary = dataset_from_bags(
+            data, run.train.bag_topics, run.train.bag_command_topic, task_state, warn=_warn
+        )
+        _warn(f"from bags: {summary}")
     run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
-    result = train_bc(run, args.data, run_dir, progress=not args.json)
+    result = train_bc(run, data, run_dir, progress=not args.json)
     _print_json_or_table(result, args.json)
     return 0
 
@@ -128,6 +202,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     policy, ckpt = load_policy(args.checkpoint, device)
     meta = checkpoint_meta(ckpt)
+    if args.task and meta.task and args.task != meta.task and not args.any_task:
+        raise UserError(
+            f"{args.checkpoint} was trained on {meta.task!r}, not {args.task!r} (--any-task to evaluate it anyway)"
+        )
     result = evaluate_policy(
         policy,
         task=args.task or meta.task,
@@ -138,10 +216,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ddim_steps=args.ddim_steps,
         execute_horizon=args.execute_horizon or meta.execute_horizon,
         progress=not args.json,
+        video_dir=args.video,
+        video_episodes=args.video_episodes,
     )
     if not args.per_episode:
         result.pop("per_episode")
     _print_json_or_table(result, args.json)
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from diffpolicy_ros.nodes.bag_recorder import main as recorder
+
+    params = {
+        "out": str(args.out),
+        "topics": args.topics or [""],
+        "storage": args.storage,
+        "metadata_version": args.metadata_version,
+        "duration_s": float(args.duration),
+    }
+    ros_args = [f"{k}:={_json.dumps(v)}" for k, v in params.items()]
+    return recorder(["diffpolicy-record", "--ros-args", *[a for p in ros_args for a in ("-p", p)]])
+
+
+def cmd_eval_bag(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bags.evaluate import evaluate_bag
+    from diffpolicy_ros.device import resolve_device
+
+    report = evaluate_bag(
+        args.bag,
+        args.checkpoint,
+        samples=args.samples,
+        seed=args.seed,
+        device=resolve_device(args.device),
+        batch_size=args.batch_size,
+        ddim_steps=args.ddim_steps,
+        command_topic=args.command_topic,
+        out_dir=args.out,
+        warn=_warn,
+    )
+    _print_json_or_table(report, args.json)
     return 0
 
 
@@ -190,11 +306,34 @@ def cmd_bench_ros(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_safety(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.safety import bench_safety
+
+    result = bench_safety(streams=args.streams, ticks=args.ticks, hil=not args.no_hil, hil_duration_s=args.hil_duration)
+    _print_json_or_table(result, args.json)
+    return 0
+
+
+def _video_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--video", type=Path, default=None, help="write an MP4 per episode to this folder")
+    parser.add_argument("--video-episodes", type=int, default=3, help="how many episodes --video records")
+
+
+def _threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=int, default=default_threads(), help="torch intra-op threads (0: torch's default)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diffpolicy", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the scripted expert; optionally record a demonstration dataset")
+    demo = sub.add_parser(
+        "demo",
+        formatter_class=_HelpFormatter,
+        help="run the scripted expert; optionally record a demonstration dataset",
+    )
     demo.add_argument("--episodes", type=int, default=20)
     demo.add_argument("--seed", type=int, default=0, help="episode i uses seed S + i")
     demo.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: push, or the config's")
@@ -203,10 +342,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", type=Path, default=None, help="write to RUN_DIR/demos-<timestamp>/demos.npz")
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
+    _video_options(demo)
+    demo.add_argument("--to-bag", type=Path, default=None, help="write the episodes as a rosbag2 bag (a new folder)")
+    demo.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (--to-bag)")
+    demo.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
     demo.set_defaults(func=cmd_demo)
 
-    bc = sub.add_parser("train-bc", help="behaviour cloning of a diffusion or Gaussian policy on demonstrations")
-    bc.add_argument("--data", type=Path, required=True, help="dataset from `diffpolicy demo --out`")
+    bc = sub.add_parser(
+        "train-bc",
+        formatter_class=_HelpFormatter,
+        help="behaviour cloning of a diffusion or Gaussian policy on demonstrations",
+    )
+    bc.add_argument(
+        "--data", type=Path, required=True, help="a dataset from `diffpolicy demo --out`, or rosbag2 bag(s)"
+    )
     bc.add_argument("--config", type=Path, required=True, help="e.g. config/policy/diffusion.yaml")
     bc.add_argument("--run-dir", type=Path, default=Path("runs"), help="writes RUN_DIR/bc-<timestamp>/")
     bc.add_argument("--iters", type=int, default=None)
@@ -217,9 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--eval-episodes", type=int, default=None)
     bc.add_argument("--final-eval-episodes", type=int, default=None)
     bc.add_argument("--json", action="store_true")
+    _threads_option(bc)
     bc.set_defaults(func=cmd_train_bc)
 
-    ppo = sub.add_parser("train-ppo", help="PPO fine-tuning (diffusion: DPPO chain likelihood; or Gaussian)")
+    ppo = sub.add_parser(
+        "train-ppo",
+        formatter_class=_HelpFormatter,
+        help="PPO fine-tuning (diffusion: DPPO chain likelihood; or Gaussian)",
+    )
     ppo.add_argument("--config", type=Path, required=True, help="e.g. config/train/push.yaml")
     ppo.add_argument("--init", type=Path, default=None, help="BC checkpoint to start from (default: the config's)")
     ppo.add_argument("--run-dir", type=Path, default=None, help="default: runs/ppo-<timestamp>")
@@ -230,14 +384,19 @@ def build_parser() -> argparse.ArgumentParser:
     ppo.add_argument("--n-envs", type=int, default=None)
     ppo.add_argument("--ddim-steps", type=int, default=None)
     ppo.add_argument("--json", action="store_true", help="one JSON summary on stdout (log lines stay on stderr)")
+    _threads_option(ppo)
     ppo.set_defaults(func=cmd_train_ppo)
 
-    plot = sub.add_parser("plot", help="write RUN_DIR/curves.png from a training run's metrics.csv")
+    plot = sub.add_parser(
+        "plot", formatter_class=_HelpFormatter, help="write RUN_DIR/curves.png from a training run's metrics.csv"
+    )
     plot.add_argument("run_dir", type=Path)
     plot.add_argument("--out", type=Path, default=None)
     plot.set_defaults(func=cmd_plot)
 
-    ev = sub.add_parser("eval", help="closed-loop evaluation of a checkpoint in the sim")
+    ev = sub.add_parser(
+        "eval", formatter_class=_HelpFormatter, help="closed-loop evaluation of a checkpoint in the sim"
+    )
     ev.add_argument("--checkpoint", type=Path, required=True)
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i uses seed S + i (held out from demos)")
@@ -245,45 +404,110 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--ddim-steps", type=int, default=None)
     ev.add_argument("--execute-horizon", type=int, default=None, help="default: the checkpoint's")
     ev.add_argument("--device", default="auto")
+    _video_options(ev)
+    ev.add_argument("--any-task", action="store_true", help="allow --task to differ from the checkpoint's")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
     ev.add_argument("--json", action="store_true")
+    _threads_option(ev)
     ev.set_defaults(func=cmd_eval)
 
-    launch = sub.add_parser("launch", help="run a node graph (one process per node) without launch_ros")
-    launch.add_argument("graph", choices=("sim_train", "real_arm", "replay_eval"))
+    from diffpolicy_ros.nodes.graph import ARGUMENTS  # plain data: no ROS import
+
+    graph_args = "\n".join(
+        f"  {name}:\n" + "\n".join(f"    {k}:={v!r}" for k, v in args.items()) for name, args in ARGUMENTS.items()
+    )
+    rec = sub.add_parser(
+        "record", formatter_class=_HelpFormatter, help="record live ROS topics to a rosbag2 bag (Ctrl-C stops)"
+    )
+    rec.add_argument("out", type=Path, help="the bag folder to create")
+    rec.add_argument("--topics", nargs="*", default=None, help="default: every topic")
+    rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rec.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
+    rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
+    rec.set_defaults(func=cmd_record)
+
+    evb = sub.add_parser(
+        "eval-bag",
+        formatter_class=_HelpFormatter,
+        help="open-loop evaluation of a checkpoint against the commands recorded in a rosbag2 bag",
+    )
+    evb.add_argument("bag", type=Path)
+    evb.add_argument("--checkpoint", type=Path, required=True)
+    evb.add_argument("--samples", type=int, default=1, help="chunks sampled per observation (best-of-N)")
+    evb.add_argument("--seed", type=int, default=0)
+    evb.add_argument("--device", default="auto")
+    evb.add_argument("--batch-size", type=int, default=32)
+    evb.add_argument("--ddim-steps", type=int, default=None, help="default: the checkpoint's")
+    evb.add_argument("--command-topic", default="/arm/cmd_twist", help="the recorded commands to compare with")
+    evb.add_argument("--out", type=Path, default=None, help="write report.json and PNGs here")
+    evb.add_argument("--json", action="store_true")
+    _threads_option(evb)
+    evb.set_defaults(func=cmd_eval_bag)
+
+    launch = sub.add_parser(
+        "launch",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="run a node graph (one process per node) without launch_ros",
+        epilog=f"graph arguments and their defaults:\n{graph_args}",
+    )
+    launch.add_argument("graph", choices=tuple(ARGUMENTS))
     launch.add_argument("arguments", nargs="*", help="name:=value graph arguments")
     launch.set_defaults(func=cmd_launch)
 
-    bench = sub.add_parser("bench", help="benchmarks; each prints one JSON object with --json")
+    bench = sub.add_parser(
+        "bench", formatter_class=_HelpFormatter, help="benchmarks; each prints one JSON object with --json"
+    )
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    bsim = bench_sub.add_parser("sim", help="physics / env / render / vectorized env throughput")
+    bsim = bench_sub.add_parser(
+        "sim", formatter_class=_HelpFormatter, help="physics / env / render / vectorized env throughput"
+    )
     bsim.add_argument("--steps", type=int, default=400)
     bsim.add_argument("--workers", type=int, default=None, help="vector env workers (default: CPU count)")
     bsim.add_argument("--seed", type=int, default=0)
     bsim.add_argument("--json", action="store_true")
     bsim.set_defaults(func=cmd_bench_sim)
-    bpol = bench_sub.add_parser("policy", help="observation -> chunk latency (DDIM-10/20, batch 1 and 32)")
+    bpol = bench_sub.add_parser(
+        "policy", formatter_class=_HelpFormatter, help="observation -> chunk latency (DDIM-10/20, batch 1 and 32)"
+    )
     bpol.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default policy")
     bpol.add_argument("--device", default="auto")
     bpol.add_argument("--iters", type=int, default=200)
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast|traced|native")
-    bpol.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the policy node's default: 1)")
+    bpol.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the policy node's)")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
-    blearn = bench_sub.add_parser("learn", help="long: PPO success vs env steps, diffusion DDIM-10/20 vs Gaussian")
+    blearn = bench_sub.add_parser(
+        "learn", formatter_class=_HelpFormatter, help="long: PPO success vs env steps, diffusion DDIM-10/20 vs Gaussian"
+    )
     blearn.add_argument("--tasks", nargs="+", default=["push", "push_two_goals"], choices=TASK_CHOICES)
-    blearn.add_argument("--variants", nargs="+", default=["diffusion_ddim10", "diffusion_ddim20", "gaussian"])
+    blearn.add_argument("--variants", nargs="+", default=list(LEARN_VARIANTS), choices=LEARN_VARIANTS)
     blearn.add_argument("--total-env-steps", type=int, default=200_000)
     blearn.add_argument("--out-dir", type=Path, default=Path("runs/bench_learn"))
     blearn.add_argument("--init-push", type=Path, default=None, help="BC checkpoints (default: trained here)")
     blearn.add_argument("--init-push-two-goals", type=Path, default=None)
     blearn.add_argument("--json", action="store_true")
+    _threads_option(blearn)
     blearn.set_defaults(func=cmd_bench_learn)
-    bros = bench_sub.add_parser("ros", help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter")
+    bros = bench_sub.add_parser(
+        "ros",
+        formatter_class=_HelpFormatter,
+        help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter",
+    )
     bros.add_argument("--duration", type=float, default=30.0)
     bros.add_argument("--checkpoint", type=Path, default=None, help="default: a freshly BC-trained state policy")
     bros.add_argument("--json", action="store_true")
     bros.set_defaults(func=cmd_bench_ros)
+    bsafe = bench_sub.add_parser(
+        "safety",
+        formatter_class=_HelpFormatter,
+        help="safety filter: adversarial streams offline and on the live real_arm graph (hil)",
+    )
+    bsafe.add_argument("--streams", type=int, default=200, help="offline adversarial streams")
+    bsafe.add_argument("--ticks", type=int, default=600, help="ticks per offline stream (30 Hz)")
+    bsafe.add_argument("--hil-duration", type=float, default=15.0, help="seconds of adversarial chunks, live")
+    bsafe.add_argument("--no-hil", action="store_true", help="offline only (no ROS graph)")
+    bsafe.add_argument("--json", action="store_true")
+    bsafe.set_defaults(func=cmd_bench_safety)
     return parser
 
 
@@ -292,7 +516,26 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "episodes", 1) < 1:
         print("diffpolicy: --episodes must be at least 1", file=sys.stderr)
         return 2
-    return args.func(args)
+    if getattr(args, "threads", 0) and args.func is not cmd_bench_policy:  # bench policy sets its own
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from diffpolicy_ros.models.checkpoint import CheckpointError
+    from diffpolicy_ros.runs import discard_empty_runs
+
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("diffpolicy: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, CheckpointError, FileNotFoundError, ValueError) as exc:  # BagError, DatasetError too
+        # a mistake in the input, not a bug: one line (DIFFPOLICY_DEBUG=1 shows the traceback)
+        if os.environ.get("DIFFPOLICY_DEBUG"):
+            raise
+        print(f"diffpolicy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        discard_empty_runs()  # a run that failed before writing anything leaves no folder behind
 
 
 if __name__ == "__main__":

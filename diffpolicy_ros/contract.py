@@ -34,6 +34,7 @@ PROPRIO_SLICES: dict[str, slice] = {
     "goal_xy": slice(2 * N_JOINTS + 2, 2 * N_JOINTS + 4),
 }
 PROPRIO_DIM = 2 * N_JOINTS + 4
+JOINT_STATE_DIM = 2 * N_JOINTS  # the joint-state slots lead the layout
 JOINT_STATE_SLOTS = ("joint_positions", "joint_velocities")
 TASK_STATE_SLOTS = ("object_xy", "goal_xy")
 
@@ -85,6 +86,7 @@ CMD_TWIST_TOPIC = "/arm/cmd_twist"
 CMD_TWIST_SAFE_TOPIC = "/arm/cmd_twist_safe"
 EE_POSE_TOPIC = "/arm/ee_pose"
 ESTOP_TOPIC = "/safety/estop"
+SPEED_SCALING_TOPIC = "/speed_scaling_state_broadcaster/speed_scaling"  # the UR driver's (std_msgs/Float64)
 CHECKPOINT_TOPIC = "/trainer/checkpoint"
 MARKERS_TOPIC = "/visualization/markers"
 DIAGNOSTICS_TOPIC = "/diagnostics"

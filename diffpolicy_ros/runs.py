@@ -24,11 +24,35 @@ EVAL_SEED = 10_000  # held out: never a demonstration or a rollout episode
 ROLLOUT_SEED = 1_000_000  # PPO rollouts: disjoint from demonstrations (0+) and evaluation (10000+)
 
 
+_NEW_RUNS: list[tuple[Path, Path | None]] = []  # (run dir, what latest pointed at before) made by this process
+
+
 def new_run_dir(kind: str, root: str | Path = RUNS_ROOT) -> Path:
     """``root/<kind>-<timestamp>`` (not created), and ``root/latest`` pointed at it."""
     run_dir = Path(root) / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}"
+    link = Path(root) / "latest"
+    _NEW_RUNS.append((run_dir, Path(os.readlink(link)) if link.is_symlink() else None))
     point_latest(run_dir)
     return run_dir
+
+
+def discard_empty_runs() -> None:
+    """Remove the run folders this process named but never wrote a file into, and point ``latest`` back."""
+    while _NEW_RUNS:
+        run_dir, previous = _NEW_RUNS.pop()
+        if run_dir.exists() and any(p.is_file() for p in run_dir.rglob("*")):
+            continue
+        if run_dir.exists():
+            for d in sorted(run_dir.rglob("*"), reverse=True):
+                d.rmdir()
+            run_dir.rmdir()
+        link = run_dir.parent / "latest"
+        if link.is_symlink() and Path(os.readlink(link)) == Path(run_dir.name):
+            link.unlink()
+            if previous is not None:
+                os.symlink(previous, link, target_is_directory=True)
+        if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
+            run_dir.parent.rmdir()
 
 
 def point_latest(run_dir: str | Path) -> None:

@@ -23,6 +23,15 @@ import diffpolicy_ros  # noqa: E402,F401  (selects the headless GL backend befor
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    # torch's default (every core) collapses when another process holds a core; the CLI's default does not
+    import torch
+
+    from diffpolicy_ros.cli import default_threads
+
+    torch.set_num_threads(default_threads())
+
+
 @pytest.fixture
 def run_cli():
     """Run ``diffpolicy <args> --json`` in a fresh interpreter (as a user would) and return its JSON."""

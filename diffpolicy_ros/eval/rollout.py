@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.runs import EVAL_SEED
 from diffpolicy_ros.sim import make_env
+from diffpolicy_ros.sim.video import EpisodeVideo
 
 
 @dataclass
@@ -42,18 +44,31 @@ def evaluate_policy(
     parallel: int = 10,
     progress: bool = True,
     env_kwargs: dict | None = None,
+    video_dir: str | Path | None = None,
+    video_episodes: int = 3,
 ) -> dict:
-    """Run ``episodes`` closed-loop episodes; returns summary figures plus per-episode results."""
+    """Run ``episodes`` closed-loop episodes; returns summary figures plus per-episode results.
+    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes (``eval/video.py``)."""
     start = time.perf_counter()
     kwargs = {**(env_kwargs or {}), "obs_mode": obs_mode, "execute_horizon": execute_horizon}
     envs = [make_env(task, **kwargs) for _ in range(min(parallel, episodes))]
     results: list[EpisodeResult] = []
+    written: list[dict] = []  # videos
     bar = tqdm(total=episodes, desc=f"eval {task}", unit="ep", disable=not progress)
     policy.eval()
     for wave_start in range(0, episodes, len(envs)):
         wave = envs[: min(len(envs), episodes - wave_start)]
         obs = [env.reset(seed=seed + wave_start + i)[0] for i, env in enumerate(wave)]
         returns = [0.0] * len(wave)
+        videos = {
+            i: EpisodeVideo(
+                env, Path(video_dir) / f"episode_{seed + wave_start + i}.mp4", f"seed {seed + wave_start + i}"
+            )
+            for i, env in enumerate(wave)
+            if video_dir is not None and wave_start + i < video_episodes
+        }
+        for video in videos.values():
+            video.add()
         active = list(range(len(wave)))
         while active:
             batch = {k: np.stack([obs[i][k] for i in active]) for k in obs[0] if k != "instruction"}
@@ -64,13 +79,20 @@ def evaluate_policy(
             for row, i in enumerate(active):
                 env = wave[i]
                 done = False
+                video = videos.get(i)
+                if video is not None:
+                    video.predicted(chunks[row], execute_horizon)
                 for action in chunks[row][:execute_horizon]:
                     obs[i], reward, terminated, truncated, info = env.step(action.astype(np.float64))
                     returns[i] += reward
+                    if video is not None:
+                        video.add(reward)
                     if terminated or truncated:
                         done = True
                         break
                 if done:
+                    if video is not None:
+                        written.append(video.write(bool(info["is_success"])))
                     results.append(
                         EpisodeResult(
                             seed + wave_start + i,
@@ -103,4 +125,5 @@ def evaluate_policy(
         "no_pass_fraction": routes.count("none") / episodes,
         "wall_s": round(time.perf_counter() - start, 2),
         "per_episode": [r.__dict__ for r in results],
+        **({"videos": written} if video_dir is not None else {}),
     }

@@ -67,7 +67,11 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, pickle with foreign objects, ...
-        raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc
+        # torch's own text suggests weights_only=False, which would run arbitrary pickled code: never that
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights_only" in reason:
+            reason = "holds objects other than tensors and plain data, or is not a torch file"
+        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({type(exc).__name__}: {reason[:200]})") from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a diffpolicy_ros checkpoint")
     if ckpt.get("version", 0) > VERSION:

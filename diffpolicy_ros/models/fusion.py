@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from diffpolicy_ros.contract import PROPRIO_DIM
+from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM
 from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, mlp
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
@@ -32,6 +32,9 @@ class FusionConfig:
     text_encoder: str = "hashed"
     proprio_dim: int = PROPRIO_DIM
     extra_state_dim: int = 0  # e.g. 4 for the two-goal task's goals[2, 2]
+    # False: only the joint-state slots of proprio reach the model (no privileged block / goal pose): what a
+    # real cell can feed; the block and the goal must then be seen in the images
+    use_task_state: bool = True
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
 
 
@@ -58,7 +61,9 @@ class MultimodalEncoder(nn.Module):
     def __init__(self, config: FusionConfig | None = None):
         super().__init__()
         self.config = cfg = config or FusionConfig()
-        state_dim = cfg.proprio_dim + cfg.extra_state_dim
+        state_dim = cfg.proprio_dim + cfg.extra_state_dim if cfg.use_task_state else JOINT_STATE_DIM
+        if not (cfg.use_task_state or cfg.use_images):
+            raise ValueError("fusion: use_task_state false needs use_images: nothing would show the block and goal")
         self.state_norm = StandardNormalizer(state_dim)
         self.proprio = mlp([state_dim, cfg.dim, cfg.dim])
         self.cls = nn.Parameter(torch.randn(1, 1, cfg.dim) * 0.02)
@@ -80,7 +85,10 @@ class MultimodalEncoder(nn.Module):
         self.out_norm = nn.LayerNorm(cfg.dim)
 
     def state_vector(self, obs: dict) -> torch.Tensor:
+        """The state the model reads: proprio (+ the goals of the two-goal task), or the joint state only."""
         state = obs["proprio"]
+        if not self.config.use_task_state:
+            return state[..., :JOINT_STATE_DIM].float()
         if self.config.extra_state_dim:
             state = torch.cat([state, obs["goals"].flatten(1)], dim=-1)
         return state.float()

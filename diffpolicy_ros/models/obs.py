@@ -23,7 +23,10 @@ def obs_to_torch(obs: dict, device: str | torch.device) -> dict:
             arr = np.asarray(obs[key])
             if single:
                 arr = arr[None]
-            out[key] = torch.from_numpy(np.ascontiguousarray(arr)).to(device, non_blocking=True)
+            arr = np.ascontiguousarray(arr)
+            if not arr.flags.writeable:  # views of ROS message buffers: torch may not alias read-only memory
+                arr = arr.copy()
+            out[key] = torch.from_numpy(arr).to(device, non_blocking=True)
     instr = obs.get("instruction", "")
     out["instruction"] = [instr] if isinstance(instr, str) else list(instr)
     if len(out["instruction"]) != out["proprio"].shape[0]:

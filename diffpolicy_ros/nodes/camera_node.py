@@ -8,25 +8,13 @@ Malformed frames are dropped with a throttled warning; the node keeps running.
 from __future__ import annotations
 
 import cv2
-import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
 from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, ParameterError, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
-
-
-def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
-    """Centre-crop to square (optional) and resize to size x size (area filter when shrinking)."""
-    if crop_square:
-        h, w = rgb.shape[:2]
-        s = min(h, w)
-        rgb = rgb[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
-    if rgb.shape[:2] != (size, size):
-        shrinking = rgb.shape[0] > size
-        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
-    return np.ascontiguousarray(rgb)
+from diffpolicy_ros.nodes.observation import prepare_image
 
 
 class CameraNode(Node):

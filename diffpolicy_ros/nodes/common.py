@@ -26,6 +26,8 @@ LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
 )
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# Viewers (Foxglove, rviz): reliable like rviz's default subscription, shallow — only the newest scene matters.
+VIEWER_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 WARN_THROTTLE_S = 2.0
 STATS_WINDOW = 100  # samples behind each rate / latency / jitter statistic on /diagnostics
 
@@ -105,6 +107,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except SystemExit as exc:  # a node that has finished its job (a recorder's duration)
+        return int(exc.code or 0)
     finally:
         if node is not None:
             close = getattr(node, "close", None)

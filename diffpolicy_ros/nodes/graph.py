@@ -7,8 +7,11 @@ Arguments (``name:=value``) and their defaults are listed per graph in :data:`AR
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from diffpolicy_ros import contract as C
+
+VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
 
 ARGUMENTS: dict[str, dict[str, str]] = {
     "sim_train": {
@@ -32,10 +35,12 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "dry_run": "false",  # safety filter: publish zero, report what would be sent on ~/would_send
     },
     "real_arm": {
-        "checkpoint": "",
+        "config": "",  # a YAML file of these arguments (config/real_arm.yaml); name:=value still wins over it
+        "checkpoint": VISION_CHECKPOINT,  # the camera + joint-state policy (make vision-policy); no block/goal pose
         "device": "auto",
         "ddim_steps": "0",  # 0: the checkpoint's own
         "cmd_twist_topic": "/servo_node/delta_twist_cmds",  # MoveIt Servo's twist input (the filter's output)
+        "servo_node": "/servo_node",  # its services select TWIST input and unpause it ('' when not MoveIt Servo)
         "box_low": "",  # REQUIRED: workspace box of the tool, "[x, y, z]" in m in frame_id; no default on purpose
         "box_high": "",
         "frame_id": C.WORLD_FRAME,  # the frame of the commands and of /arm/ee_pose
@@ -44,9 +49,18 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "max_run_time_s": "120.0",  # the filter latches 'timeout' after this long active (0: no limit)
         "dry_run": "true",  # the first run of a new cell: nothing moves, ~/would_send shows what would
         "executor_rate_hz": "30.0",
-        "instruction": "push the block to the target",
+        "instruction": C.DEFAULT_INSTRUCTION,
+        "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
+        "task": "push",  # hil: the simulated cell
+        "seed": "0",  # hil: the scene
         "top_device": "",  # OpenCV capture device of each camera ('' = use the driver's topic)
         "side_device": "",
+        "top_topic": C.raw_camera_topic("top"),  # each camera driver's sensor_msgs/Image topic
+        "side_topic": C.raw_camera_topic("side"),
+        "joint_states_topic": C.JOINT_STATES_TOPIC,
+        "joint_names": ",".join(C.ARM_JOINTS),  # the cell's names for the contract's six joints, in that order
+        "ee_pose_topic": C.EE_POSE_TOPIC,  # geometry_msgs/PoseStamped of the tool in frame_id (the box check)
+        "speed_scaling_topic": C.SPEED_SCALING_TOPIC,  # the UR driver's speed scaling (0 = paused: latches)
     },
     "replay_eval": {
         "checkpoint": "",
@@ -81,6 +95,25 @@ def _point(text: str, name: str) -> list[float]:
     return values
 
 
+def load_arguments(name: str, path: str) -> dict[str, str]:
+    """Graph arguments from a YAML mapping (``config:=FILE``); unknown keys are an error naming the file."""
+    if not path:
+        return {}
+    import yaml
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"argument config:={path}: no such file")
+    data = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: expected a mapping of {name} arguments")
+    unknown = set(data) - set(ARGUMENTS[name]) - {"config"}
+    if unknown:
+        raise ValueError(f"{file}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
+    # YAML gives numbers, booleans and lists; graph arguments are strings, as on the command line
+    return {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in data.items()}
+
+
 def safety_filter(a: dict[str, str], remappings: list | None = None, **parameters) -> NodeSpec:
     """The safety filter: executor -> /arm/cmd_twist -> filter -> /arm/cmd_twist_safe (the arm's input)."""
     params = {"max_speed": float(a["max_speed"]), "dry_run": _bool(a["dry_run"]), **parameters}
@@ -94,7 +127,9 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
     unknown = set(overrides or {}) - set(ARGUMENTS[name])
     if unknown:
         raise ValueError(f"unknown argument(s) for {name}: {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
-    a = {**ARGUMENTS[name], **(overrides or {})}
+    a = {**ARGUMENTS[name], **load_arguments(name, (overrides or {}).get("config", "")), **(overrides or {})}
+    if a.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
+        a["checkpoint"] = str(Path(a["checkpoint"]).expanduser().resolve())
     policy = NodeSpec(
         "policy_node",
         "policy_node",
@@ -147,24 +182,53 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
 
     if name == "real_arm":
         for cam in cameras:
-            device = a[f"{cam.parameters['camera_name']}_device"]
-            if device:
-                cam.parameters["device"] = device  # a string: '0' is an OpenCV index, not an integer parameter
+            cam_name = cam.parameters["camera_name"]
+            cam.parameters["input_topic"] = a[f"{cam_name}_topic"]
+            if a[f"{cam_name}_device"]:  # a string: '0' is an OpenCV index, not an integer parameter
+                cam.parameters["device"] = a[f"{cam_name}_device"]
+        joint_names = [j.strip() for j in a["joint_names"].strip("[]").split(",") if j.strip()]
+        if len(joint_names) != len(C.ARM_JOINTS):
+            raise ValueError(f"argument joint_names: expected {len(C.ARM_JOINTS)} names, got {joint_names}")
+        proprio.parameters["joint_names"] = joint_names
+        proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
+        policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
         box = {k: _point(a[k], k) for k in ("box_low", "box_high") if a[k]}
+        arm = []
+        if _bool(a["hil"]):  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in
+            arm = [
+                NodeSpec(
+                    "sim_bridge",
+                    "sim_bridge",
+                    {
+                        "task": a["task"],
+                        "seed": int(a["seed"]),
+                        "driver_mode": True,
+                        "command_topic": a["cmd_twist_topic"],
+                        "frame_id": a["frame_id"],
+                    },
+                )
+            ]
+        for cam in cameras:  # a dead camera leaves the graph up: the filter stops the arm, diagnostics say why
+            cam.required = False
         return [
+            *arm,
             *cameras,
             proprio,
             NodeSpec("instruction_node", "instruction_node", {"instruction": a["instruction"]}),
             policy,
-            NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"])}),
+            NodeSpec(
+                "chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"]), "frame_id": a["frame_id"]}
+            ),
             safety_filter(
                 a,
                 **box,
+                servo_node="" if _bool(a["hil"]) else a["servo_node"],  # the HIL stand-in needs no activation
                 require_box=True,  # refuses to start without an explicit box
                 frame_id=a["frame_id"],
                 max_accel=float(a["max_accel"]),
                 max_run_time_s=float(a["max_run_time_s"]),
-                remappings=[(C.CMD_TWIST_SAFE_TOPIC, a["cmd_twist_topic"])],
+                speed_scaling_topic=a["speed_scaling_topic"],
+                remappings=[(C.CMD_TWIST_SAFE_TOPIC, a["cmd_twist_topic"]), (C.EE_POSE_TOPIC, a["ee_pose_topic"])],
             ),
         ]
 

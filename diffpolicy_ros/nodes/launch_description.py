@@ -25,8 +25,12 @@ def generate(graph_name: str):
                 executable=spec.executable,
                 name=spec.name,
                 # strings stay strings ('0' is a device name, not the integer 0)
-                parameters=[{k: ParameterValue(v, value_type=str) if isinstance(v, str) else v
-                             for k, v in spec.parameters.items()}],  # fmt: skip
+                parameters=[
+                    {
+                        k: ParameterValue(v, value_type=str) if isinstance(v, str) else v
+                        for k, v in spec.parameters.items()
+                    }
+                ],  # fmt: skip
                 remappings=spec.remappings,
                 output="screen",
                 on_exit=Shutdown(reason=f"required node {spec.name} exited") if spec.required else None,

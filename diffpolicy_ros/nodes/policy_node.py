@@ -20,9 +20,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import MultiDOFJointTrajectory
+from visualization_msgs.msg import MarkerArray
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.contract import ARM_JOINTS, CAMERAS, check_instruction
+from diffpolicy_ros.contract import CAMERAS
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.nodes.common import (
@@ -30,6 +31,7 @@ from diffpolicy_ros.nodes.common import (
     LATCHED_QOS,
     SENSOR_QOS,
     STATS_WINDOW,
+    VIEWER_QOS,
     WARN_THROTTLE_S,
     Diagnostics,
     checked_device,
@@ -40,40 +42,10 @@ from diffpolicy_ros.nodes.common import (
 from diffpolicy_ros.nodes.conversions import (
     MessageError,
     chunk_to_trajectory,
-    image_to_rgb,
-    joint_state_vectors,
-    pose_xy,
     sec_to_stamp,
-    stamp_to_sec,
 )
-
-
-def assemble_observation(latest: dict, now: float, max_age: float, need_images: bool) -> tuple[dict, float]:
-    """Newest samples -> (env-style observation, its stamp = the oldest part's). Raises MessageError."""
-    parts = ["joints", "object", "goal", "instruction"] + ([f"image_{c}" for c in CAMERAS] if need_images else [])
-    missing = [p for p in parts if p not in latest]
-    if missing:
-        raise MessageError(f"waiting for {missing}")
-    stamps = {p: latest[p][0] for p in parts if p != "instruction"}
-    stale = {p: round(now - t, 3) for p, t in stamps.items() if now - t > max_age}
-    if stale:
-        raise MessageError(f"stale inputs (age s): {stale}")
-    pos, vel = latest["joints"][1]
-    proprio = np.empty(C.PROPRIO_DIM, np.float32)
-    for slot, value in zip(C.PROPRIO_SLICES, (pos, vel, latest["object"][1], latest["goal"][1])):
-        proprio[C.PROPRIO_SLICES[slot]] = value
-    obs = {"proprio": proprio, "instruction": latest["instruction"][1]}
-    if need_images:
-        for cam in CAMERAS:
-            obs[f"image_{cam}"] = latest[f"image_{cam}"][1]
-    return obs, min(stamps.values())
-
-
-def example_observation(images: bool) -> dict:
-    obs = {"proprio": np.zeros(C.PROPRIO_DIM, np.float32), "instruction": C.DEFAULT_INSTRUCTION}
-    if images:
-        obs.update({f"image_{c}": np.zeros(C.IMAGE_SHAPE, np.uint8) for c in CAMERAS})
-    return obs
+from diffpolicy_ros.nodes.markers import chunk_path_markers
+from diffpolicy_ros.nodes.observation import ObservationCache, assemble_observation, example_observation
 
 
 class PolicyNode(Node):
@@ -96,18 +68,22 @@ class PolicyNode(Node):
             torch.set_num_threads(threads)
 
         self.lock = threading.Lock()
-        self.latest: dict[str, tuple[float, object]] = {}
+        self.cache = ObservationCache()  # the newest valid sample of each input
         self.predictor: ChunkPredictor | None = None
-        self.need_images = False
+        self.need_images, self.need_task_state = False, True
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self.busy = threading.Event()
         self.closing = threading.Event()
         self.stats = {"chunks": 0, "dropped_busy": 0, "refused_obs": 0, "reloads": 0, "failed_reloads": 0}
+        self.problem = "no checkpoint given (parameter checkpoint, or a path on /trainer/checkpoint)"
         self.latencies: deque[float] = deque(maxlen=STATS_WINDOW)  # bounded: a node runs for days
         self.ages: deque[float] = deque(maxlen=STATS_WINDOW)
 
         self.pub = self.create_publisher(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, COMMAND_QOS)
+        self.pub_markers = self.create_publisher(MarkerArray, C.MARKERS_TOPIC, VIEWER_QOS)
+        self.ee_position: np.ndarray | None = None  # for drawing the chunk from the tool (not a policy input)
+        self.create_subscription(PoseStamped, C.EE_POSE_TOPIC, self.on_ee_pose, SENSOR_QOS)
         self.diag = Diagnostics(self)
         for cam in CAMERAS:
             topic = C.policy_camera_topic(cam)
@@ -119,54 +95,55 @@ class PolicyNode(Node):
         self.create_subscription(String, C.CHECKPOINT_TOPIC, lambda m: self.request_reload(m.data), LATCHED_QOS)
         self.create_timer(1.0 / rate_hz, self.tick)
         self.create_timer(1.0, self.report)
+        self.add_on_set_parameters_callback(self.on_set_parameters)  # ros2 param set ... checkpoint FILE
         if self.get_parameter("checkpoint").value:
             self.request_reload(self.get_parameter("checkpoint").value)
 
     # ------------------------------------------------------------------ inputs (short callbacks)
-    def store(self, key: str, stamp: float, value) -> None:
-        with self.lock:
-            old = self.latest.get(key)
-            if old is not None and stamp < old[0]:
-                self.get_logger().warn(f"out-of-order {key} dropped", throttle_duration_sec=WARN_THROTTLE_S)
-                return
-            self.latest[key] = (stamp, value)
+    def take(self, reason: str) -> None:
+        """Log why an input was dropped (the cache's answer); '' means it was taken."""
+        if reason:
+            self.get_logger().warn(reason, throttle_duration_sec=WARN_THROTTLE_S)
 
     def on_image(self, cam: str, msg: Image) -> None:
-        try:
-            rgb = image_to_rgb(msg)
-            if rgb.shape != C.IMAGE_SHAPE:
-                raise MessageError(f"image {rgb.shape[:2]} is not the model size {C.IMAGE_SHAPE[:2]} (run camera_node)")
-        except MessageError as exc:
-            self.get_logger().warn(f"camera {cam}: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
-            return
-        self.store(f"image_{cam}", stamp_to_sec(msg.header.stamp), rgb)
+        with self.lock:
+            reason = self.cache.on_image(cam, msg)
+        self.take(reason)
 
     def on_joints(self, msg: JointState) -> None:
-        try:
-            pos, vel = joint_state_vectors(msg, ARM_JOINTS)
-            if vel is None:
-                raise MessageError("no joint velocities (proprio_node provides them)")
-        except MessageError as exc:
-            self.get_logger().warn(f"joints: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
-            return
-        self.store("joints", stamp_to_sec(msg.header.stamp), (pos, vel))
+        with self.lock:
+            reason = self.cache.on_joints(msg)
+        self.take(reason)
 
     def on_pose(self, key: str, msg: PoseStamped) -> None:
-        try:
-            self.store(key, stamp_to_sec(msg.header.stamp), pose_xy(msg))
-        except MessageError as exc:
-            self.get_logger().warn(f"{key} pose: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+        with self.lock:
+            reason = self.cache.on_pose(key, msg)
+        self.take(reason)
 
     def on_instruction(self, msg: String) -> None:
-        reason = check_instruction(msg.data)
-        if reason:
-            self.get_logger().warn(f"ignoring instruction: {reason}", throttle_duration_sec=WARN_THROTTLE_S)
-            return
-        self.store("instruction", -np.inf, msg.data)  # latched state, no age
+        with self.lock:
+            reason = self.cache.on_instruction(msg)
+        self.take(reason)
+
+    def on_ee_pose(self, msg: PoseStamped) -> None:
+        p = msg.pose.position
+        self.ee_position = np.array([p.x, p.y, p.z])
 
     # ------------------------------------------------------------------ checkpoints
     def request_reload(self, path: str) -> None:
+        if self.predictor is None:
+            self.problem = f"loading {path}"
         self.loader.submit(self.reload, path)
+
+    def on_set_parameters(self, params):
+        from rcl_interfaces.msg import SetParametersResult
+
+        for p in params:
+            if p.name == "checkpoint" and p.value:
+                self.request_reload(str(p.value))  # refused files are logged; the running policy stays
+            elif p.name != "checkpoint":
+                return SetParametersResult(successful=False, reason=f"{p.name} is read at start only")
+        return SetParametersResult(successful=True)
 
     def reload(self, path: str) -> None:
         try:
@@ -175,29 +152,34 @@ class PolicyNode(Node):
             predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
         except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
             self.stats["failed_reloads"] += 1
-            self.get_logger().warn(f"keeping the current policy: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            kept = "keeping the running policy" if self.predictor is not None else "NO POLICY: the arm stays still"
+            self.problem = f"refused {path}: {exc}; {kept}"
+            self.get_logger().error(self.problem)
             return
         need_images = bool(policy.config.fusion.use_images)
+        need_task_state = bool(policy.config.fusion.use_task_state)
         if self.closing.is_set():
             return
         with self.lock:
-            self.predictor, self.need_images = predictor, need_images
+            self.predictor, self.need_images, self.need_task_state = predictor, need_images, need_task_state
+        self.problem = ""
         self.stats["reloads"] += 1
         self.get_logger().info(f"policy loaded from {path} (images: {need_images}, backend {predictor.backend})")
 
     # ------------------------------------------------------------------ control tick
     def tick(self) -> None:
         with self.lock:
-            predictor, need_images, latest = self.predictor, self.need_images, dict(self.latest)
+            predictor, latest = self.predictor, dict(self.cache.latest)
+            need_images, need_task_state = self.need_images, self.need_task_state
         if predictor is None:
-            self.get_logger().warn("no policy loaded yet", throttle_duration_sec=WARN_THROTTLE_S * 5)
+            self.get_logger().warn(f"no policy: {self.problem}", throttle_duration_sec=WARN_THROTTLE_S * 5)
             return
         if self.busy.is_set():
             self.stats["dropped_busy"] += 1
             return
         now = self.get_clock().now().nanoseconds * 1e-9
         try:
-            obs, stamp = assemble_observation(latest, now, self.max_age, need_images)
+            obs, stamp = assemble_observation(latest, now, self.max_age, need_images, need_task_state)
         except MessageError as exc:
             self.stats["refused_obs"] += 1
             self.get_logger().warn(f"no chunk: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
@@ -218,21 +200,34 @@ class PolicyNode(Node):
                 return
             self.pub.publish(chunk_to_trajectory(chunk, sec_to_stamp(stamp), self.dt, self.frame_id))
             self.stats["chunks"] += 1
+            if self.ee_position is not None:
+                self.pub_markers.publish(
+                    chunk_path_markers(
+                        self.ee_position, chunk, self.dt, C.EXECUTE_HORIZON, sec_to_stamp(stamp), self.frame_id
+                    )
+                )
         except Exception as exc:  # never let the worker die silently
             self.get_logger().error(f"inference failed: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
         finally:
             self.busy.clear()
 
     def report(self) -> None:
+        from diagnostic_msgs.msg import DiagnosticStatus
+
         lat = np.array(self.latencies or [0.0])
         age = np.array(self.ages or [0.0]) * 1e3
+        # no policy: ERROR (the arm cannot move); a refused reload with a policy still running: WARN
+        level = DiagnosticStatus.ERROR if self.predictor is None else DiagnosticStatus.WARN
+        level = level if self.problem else DiagnosticStatus.OK
         self.diag.publish(
             {
                 **self.stats,
                 "latency_p50_ms": float(np.percentile(lat, 50)),
                 "latency_p99_ms": float(np.percentile(lat, 99)),
                 "obs_age_p50_ms": float(np.percentile(age, 50)),
-            }
+            },
+            level=level,
+            message=self.problem or "ok",
         )
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from sensor_msgs.msg import JointState
 from diffpolicy_ros.contract import ARM_JOINTS, JOINT_STATES_TOPIC, POLICY_JOINT_STATES_TOPIC
 from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import MessageError, joint_state_vectors, make_joint_state, stamp_to_sec
+from diffpolicy_ros.nodes.observation import joint_velocities
 
 
 class ProprioNode(Node):
@@ -43,9 +44,8 @@ class ProprioNode(Node):
             if prev is not None and t < prev[0]:
                 self.get_logger().warn("dropping out-of-order joint_states", throttle_duration_sec=WARN_THROTTLE_S)
                 return
-            if vel is None:  # estimate from the previous valid sample (a repeated stamp replaces it)
-                fresh = prev is not None and t > prev[0]
-                vel = (pos - prev[2]) / (t - prev[0]) if fresh else np.zeros_like(pos)
+            # estimated from the previous valid sample when the driver sends none (a repeated stamp replaces it)
+            vel = joint_velocities(pos, vel, t, None if prev is None else (prev[0], prev[2]))
             self.latest = (t, msg.header.stamp, pos, vel)
 
     def publish(self) -> None:

@@ -40,8 +40,6 @@ from diffpolicy_ros.nodes.common import (
 from diffpolicy_ros.nodes.conversions import make_twist, stamp_to_sec
 from diffpolicy_ros.safety.filter import SafetyFilter, SafetyLimits
 
-SPEED_SCALING_TOPIC = "/speed_scaling_state_broadcaster/speed_scaling"  # the UR driver's
-
 
 def optional_point(node: Node, name: str) -> tuple[float, float, float] | None:
     """A 3-number parameter that may be left unset (no default: a box must be stated, not assumed)."""
@@ -83,9 +81,11 @@ class SafetyFilterNode(Node):
             )
         except ValueError as exc:
             raise ParameterError(f"safety_filter: {exc}") from exc
-        self.chunk_timeout = parameter(self, "chunk_timeout_s", 0.5, positive, "must be > 0")
+        # the policy publishes at 10 Hz while its inputs are fresh: three missed chunks mean a stale input
+        self.chunk_timeout = parameter(self, "chunk_timeout_s", 0.3, positive, "must be > 0")
         self.watch_chunks = parameter(self, "watch_policy_chunks", True)
-        scaling_topic = parameter(self, "speed_scaling_topic", SPEED_SCALING_TOPIC)
+        scaling_topic = parameter(self, "speed_scaling_topic", C.SPEED_SCALING_TOPIC)
+        servo_node = parameter(self, "servo_node", "")  # e.g. /servo_node: select TWIST input and unpause it
 
         self.filter = SafetyFilter(self.limits)
         self.lock = threading.Lock()
@@ -104,9 +104,42 @@ class SafetyFilterNode(Node):
         self.create_service(Trigger, "~/reset", self.on_reset)
         self.create_timer(1.0 / rate_hz, self.tick)
         self.create_timer(1.0, self.report)
+        if servo_node and not self.limits.dry_run:
+            self.start_servo(servo_node.rstrip("/"))
         box = f"box {box_low}..{box_high}" if box_low else "NO workspace box"
         dry = " DRY RUN (zero goes out)" if self.limits.dry_run else ""
         self.get_logger().info(f"safety filter: max {self.limits.max_speed} m/s, {box}{dry}")
+
+    def start_servo(self, servo: str) -> None:
+        """MoveIt Servo moves only after ``~/switch_command_type`` (TWIST) and ``~/pause_servo`` (false).
+        moveit_msgs has no PyPI wheel: without it the first call is a manual step (README, bring-up)."""
+        from std_srvs.srv import SetBool
+
+        try:
+            from moveit_msgs.srv import ServoCommandType
+        except ImportError:
+            self.get_logger().warn(
+                f"moveit_msgs not importable: call {servo}/switch_command_type (command_type: 1, TWIST) yourself"
+            )
+        else:
+            client = self.create_client(ServoCommandType, f"{servo}/switch_command_type")
+            request = ServoCommandType.Request(command_type=ServoCommandType.Request.TWIST)
+            self.call_when_ready(client, request, "switch_command_type TWIST")
+        self.call_when_ready(
+            self.create_client(SetBool, f"{servo}/pause_servo"), SetBool.Request(data=False), "unpause"
+        )
+
+    def call_when_ready(self, client, request, what: str) -> None:
+        """Call once the service appears (Servo may start after us); log the answer."""
+
+        def attempt():
+            if not client.service_is_ready():
+                return
+            timer.cancel()
+            future = client.call_async(request)
+            future.add_done_callback(lambda f: self.get_logger().info(f"servo {what}: {f.result()}"))
+
+        timer = self.create_timer(1.0, attempt)
 
     # ------------------------------------------------------------------ inputs (short callbacks)
     def ros_now(self) -> float:

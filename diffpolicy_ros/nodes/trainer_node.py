@@ -15,6 +15,7 @@ from pathlib import Path
 
 import rclpy
 import torch
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -120,6 +121,7 @@ class TrainerNode(Node):
                 result = train_ppo(self.ppo, self.run_dir / "ppo", progress=False, hooks=self.hooks)
                 success = result["final_eval"].get("success_rate", "n/a")
             self.status = f"done: success {success}"
+            self.get_logger().info(f"training finished: final success {success}; checkpoints in {self.run_dir}")
         except Exception as exc:  # report, keep the node (and the graph) up
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
@@ -150,22 +152,38 @@ class TrainerNode(Node):
     def report(self) -> None:
         paused = not self.hooks.running.is_set()
         progress = dict(self.hooks.progress)
-        self.diag.publish({"status": self.status, "paused": paused, **progress}, message=self.status)
+        level = DiagnosticStatus.ERROR if self.status.startswith("failed") else DiagnosticStatus.OK
+        self.diag.publish({"status": self.status, "paused": paused, **progress}, level=level, message=self.status)
         self.ticks += 1
-        if self.ticks % 10 == 0 and progress:  # a line a person can follow in the terminal
+        finished = self.status.startswith(("done", "failed"))  # said once, when it happened
+        if self.ticks % 10 == 0 and progress and not finished:  # a line a person can follow in the terminal
             it = progress.get("iter", 0)
             rate = (it - self.last_iter) / 10.0
             self.last_iter = it
-            success = progress.get("success_rate", -1.0)
-            loss = f"  loss {progress['loss']:.4f}" if "loss" in progress else ""
-            self.get_logger().info(
-                f"{self.status}: iter {it}{loss}  success {'n/a' if success < 0 else f'{success:.2f}'}  {rate:.2f} it/s"
-            )
+            self.get_logger().info(f"{self.status}: {progress_line(progress, rate)}")
 
     def close(self) -> None:
         self.hooks.stop.set()
         self.hooks.running.set()
         self.thread.join(timeout=10)
+
+
+def progress_line(progress: dict, iters_per_s: float) -> str:
+    """One console line: iteration of total, loss, the last evaluation with its 95 % interval, env steps/s, ETA."""
+    it, total = progress.get("iter", 0), progress.get("iters_total", 0)
+    parts = [f"iter {it}/{total}" if total else f"iter {it}"]
+    if "loss" in progress:
+        parts.append(f"loss {progress['loss']:.4f}")
+    success, ci = progress.get("success_rate", -1.0), progress.get("success_ci95") or ()
+    if success >= 0:
+        parts.append(f"success {success:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if len(ci) == 2 else ""))
+    if "env_steps_per_s" in progress:
+        parts.append(f"{progress['env_steps']} env steps, {progress['env_steps_per_s']:.0f}/s")
+    parts.append(f"{iters_per_s:.2f} it/s")
+    if total and iters_per_s > 0:
+        minutes = (total - it) / iters_per_s / 60
+        parts.append(f"ETA {minutes:.0f} min" if minutes >= 1 else "ETA < 1 min")
+    return "  ".join(parts)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -47,6 +47,10 @@ class BCConfig:
     log_every: int = 50
     seed: int = 0
     device: str = "auto"
+    # training from rosbag2 bags (train-bc --data BAG_OR_DIR): role -> topic where the cell's names differ
+    # (roles: image_top, image_side, joint_states, object_pose, goal_pose, instruction), and the command topic
+    bag_topics: dict = field(default_factory=dict)
+    bag_command_topic: str = "/arm/cmd_twist"
 
 
 @dataclass
@@ -91,7 +95,7 @@ def random_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> torch.
 
 def train_bc(
     run: BCRun,
-    data_path: str | Path,
+    data_path: str | Path | EpisodeDataset,
     run_dir: str | Path | None = None,
     progress: bool = True,
     hooks: TrainHooks | None = None,
@@ -107,7 +111,10 @@ def train_bc(
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
 
     # -- data -------------------------------------------------------------------------------------
-    dataset = EpisodeDataset.load(data_path)
+    # an .npz from `diffpolicy demo`, or a dataset already built (from bags, by the caller)
+    dataset = data_path if isinstance(data_path, EpisodeDataset) else EpisodeDataset.load(data_path)
+    if isinstance(data_path, EpisodeDataset):
+        data_path = ", ".join(dataset.meta.get("source", ["(in memory)"]))
     task = dataset.meta.get("task", "push")
     fusion = spec.active().fusion
     fusion.proprio_dim = dataset.obs["proprio"].shape[1]  # the task defines the shapes, not the policy YAML
@@ -124,10 +131,8 @@ def train_bc(
     # -- model, normalizers (fitted on the data, stored as buffers in the model) ------------------
     policy = build_policy(spec)
     policy.action_norm.fit(torch.from_numpy(dataset.action))
-    state = torch.from_numpy(dataset.obs["proprio"])
-    if fusion.extra_state_dim:
-        state = torch.cat([state, torch.from_numpy(dataset.obs["goals"]).flatten(1)], dim=1)
-    policy.encoder.state_norm.fit(state)
+    state_obs = {k: torch.from_numpy(dataset.obs[k]) for k in ("proprio", "goals") if k in dataset.obs}
+    policy.encoder.state_norm.fit(policy.encoder.state_vector(state_obs))
     policy.to(device)
     ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -156,6 +161,8 @@ def train_bc(
             "lr_schedule": lr_schedule.state_dict(),
             "iter": it,
         }
+        if name == "best.pt":  # deployable: the EMA weights, config and normalizers; resume state only in last.pt
+            train_state = None
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
         hooks.on_checkpoint(path, metrics)
         return path
@@ -197,14 +204,18 @@ def train_bc(
         lr_schedule.step()
         ema.update_parameters(policy)
         losses.append(loss.item())
-        hooks.progress["iter"] = it + 1
+        hooks.progress.update(iter=it + 1, iters_total=cfg.iters)
 
         if hooks.save_now.is_set():
             hooks.save_now.clear()
             checkpoint("last.pt", it + 1, last_eval)
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
-            hooks.progress.update(loss=mean_loss, success_rate=last_eval.get("success_rate", -1.0))
+            hooks.progress.update(
+                loss=mean_loss,
+                success_rate=last_eval.get("success_rate", -1.0),
+                success_ci95=last_eval.get("success_ci95", ()),
+            )
             logger.scalars({"loss": mean_loss, "lr": lr_schedule.get_last_lr()[0]}, it + 1)
             bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
         is_last = it + 1 == cfg.iters

@@ -554,8 +554,8 @@ class PPOTrainer:
         path = save_checkpoint(ckpt_dir / f"iter_{self.iteration:06d}.pt", payload)
         for old in sorted(ckpt_dir.glob("iter_*.pt"))[: -cfg.keep_last]:
             old.unlink(missing_ok=True)
-        if best:
-            save_checkpoint(ckpt_dir / "best.pt", payload)
+        if best:  # deployable: no optimizer, critic or RNG state (iter_*.pt hold those for --resume)
+            save_checkpoint(ckpt_dir / "best.pt", {k: v for k, v in payload.items() if k != "train_state"})
         self.hooks.on_checkpoint(path, metrics)
         return path
 
@@ -632,12 +632,19 @@ class PPOTrainer:
                 "env_steps_per_s": round(rollout.env_steps * self.dist.world_size / (t2 - t0), 1),
                 "wall_s": round(time.perf_counter() - start, 1),
             }
-            self.hooks.progress.update(iter=self.iteration, success_rate=metrics["success_rate"])
+            self.hooks.progress.update(
+                iter=self.iteration,
+                iters_total=total,
+                success_rate=metrics["success_rate"],
+                env_steps=self.env_steps,
+                env_steps_per_s=metrics["env_steps_per_s"],
+            )
             is_last = self.iteration == total
             score = metrics["success_rate"]
             if self.dist.is_main and ((cfg.eval_every and self.iteration % cfg.eval_every == 0) or is_last):
                 self.last_eval = self.evaluate(cfg.eval_episodes)
                 metrics["eval_success_rate"] = score = self.last_eval["success_rate"]
+                self.hooks.progress.update(success_rate=score, success_ci95=self.last_eval.get("success_ci95", ()))
             score = distributed.broadcast_object(self.dist, score)
             if self.dist.is_main:
                 logger.row(metrics)

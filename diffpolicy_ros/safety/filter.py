@@ -47,6 +47,10 @@ class SafetyLimits:
     command_timeout_s: float = 0.25  # deadman: the newest valid command is at most this old (steady clock)
     pose_timeout_s: float = 0.25  # deadman: the newest valid ee pose is at most this old
     future_tolerance_s: float = 0.05  # a stamp further ahead of now than this is rejected
+    # a pose that implies the tool moved faster than this (plus the tolerance) is a glitch, not a motion;
+    # once the newest valid pose is older than pose_timeout_s, the next one is taken as it is
+    max_tool_speed: float = 1.0  # m/s
+    pose_jump_tolerance_m: float = 0.01
     frame_id: str = WORLD_FRAME
     max_run_time_s: float = 0.0  # from the first active tick; 0: no limit
     dry_run: bool = False
@@ -59,6 +63,7 @@ class SafetyLimits:
             "tick_period_s",
             "command_timeout_s",
             "pose_timeout_s",
+            "max_tool_speed",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -71,8 +76,8 @@ class SafetyLimits:
                 raise ValueError("safety box: box_low and box_high must be 3 finite numbers each")
             if np.any(low >= high):
                 raise ValueError(f"safety box: box_low {low.tolist()} must be below box_high {high.tolist()}")
-        if self.max_run_time_s < 0 or self.future_tolerance_s < 0:
-            raise ValueError("max_run_time_s and future_tolerance_s must be >= 0")
+        if self.max_run_time_s < 0 or self.future_tolerance_s < 0 or self.pose_jump_tolerance_m < 0:
+            raise ValueError("max_run_time_s, future_tolerance_s and pose_jump_tolerance_m must be >= 0")
 
     @property
     def has_box(self) -> bool:
@@ -108,11 +113,14 @@ class SafetyFilter:
         self.latch_reason = ""
         self.started: float | None = None  # steady time of the first active tick
         self.last_output = np.zeros(3)
+        self.last_sent = np.zeros(3)  # what reached the arm last tick (zero in dry run)
+        self.travel = np.zeros(3)  # dead reckoning: where the sent commands carried the tool since the last pose
         self.last_tick: float | None = None
         self.counts = {
             "rejected_nonfinite": 0,
             "rejected_frame": 0,
             "rejected_future": 0,
+            "rejected_jump": 0,
             "rejected_shape": 0,
             "speed_limited": 0,
             "accel_limited": 0,
@@ -158,8 +166,15 @@ class SafetyFilter:
     def offer_pose(self, position, stamp: float, frame_id: str, ros_now: float, steady_now: float) -> str:
         """Take the tool position (m); returns the reason it was rejected ('' when taken)."""
         p, reason = self._check(position, stamp, frame_id, ros_now)
+        if p is not None and self.pose is not None:
+            lim, age = self.limits, steady_now - self.pose.received
+            jump = float(np.linalg.norm(p - self.position))
+            if age <= lim.pose_timeout_s and jump > lim.max_tool_speed * age + lim.pose_jump_tolerance_m:
+                self.counts["rejected_jump"] += 1
+                return f"pose jumped {jump:.3f} m in {age:.3f} s"
         if p is not None:
             self.pose = _Sample(p, steady_now)
+            self.travel = np.zeros(3)
         return reason
 
     def set_inputs_fresh(self, fresh: bool) -> None:
@@ -201,6 +216,11 @@ class SafetyFilter:
         lim = self.limits
         # a late tick does not earn a bigger step: the change per tick is capped at the nominal period's
         dt = lim.tick_period_s if self.last_tick is None else min(steady_now - self.last_tick, lim.tick_period_s)
+        if self.last_tick is not None and self.pose is not None:
+            # a pose a few ticks old is not where the tool is now: add what was sent since (a pose received
+            # after the last tick already holds the motion before it)
+            since = max(self.last_tick, self.pose.received)
+            self.travel += self.last_sent * max(steady_now - since, 0.0)
         self.last_tick = steady_now
         self.counts["ticks"] += 1
         if self.latched is None and lim.max_run_time_s and self.started is not None:
@@ -236,7 +256,7 @@ class SafetyFilter:
             v = self.last_output + step * (max_step / step_norm)
             limited.append("accel")
         if lim.has_box:
-            boxed = self._box_clip(v, self.pose.value)
+            boxed = self._box_clip(v, self.position)
             if not np.array_equal(boxed, v):
                 v = boxed
                 limited.append("box")
@@ -248,10 +268,17 @@ class SafetyFilter:
         self.last_output = v
         state = "dry_run" if lim.dry_run else "active"
         out = np.zeros(3) if lim.dry_run else v.copy()
+        self.last_sent = out
         return TickResult(out, v.copy(), state, "limited: " + ", ".join(limited) if limited else "", tuple(limited))
+
+    @property
+    def position(self) -> np.ndarray:
+        """The tool position the box is checked against: the newest pose plus the commands sent since."""
+        return self.pose.value + self.travel
 
     def _stop(self, state: str, reason: str) -> TickResult:
         self.last_output = np.zeros(3)
+        self.last_sent = np.zeros(3)
         return TickResult(np.zeros(3), np.zeros(3), state, reason)
 
     def _inside(self, p: np.ndarray) -> bool:

@@ -24,9 +24,13 @@ class DemoSummary:
     left_fraction: float
     wall_s: float
     out: str | None = None
+    videos: list[dict] = dataclasses.field(default_factory=list)  # demo --video: path, frames, bytes, write_s
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not d["videos"]:
+            d.pop("videos")
+        return d
 
 
 def run_demos(
@@ -37,28 +41,43 @@ def run_demos(
     out: str | Path | None = None,
     progress: bool = True,
     env_overrides: dict | None = None,
+    video_dir: str | Path | None = None,
+    video_episodes: int = 3,
 ) -> tuple[DemoSummary, EpisodeDataset]:
-    """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair."""
+    """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
+    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes."""
     import time
+
+    from diffpolicy_ros.sim.video import EpisodeVideo
 
     env = make_env(task, obs_mode=obs_mode, **(env_overrides or {}))
     expert = make_expert(task, env)
     recorder = EpisodeRecorder(tuple(k for k in env.observation_space.spaces if k != "instruction"))
     successes, returns, lengths, sides = [], [], [], []
+    videos: list[dict] = []
     start = time.perf_counter()
     bar = tqdm(range(episodes), desc=f"expert {task}", unit="ep", disable=not progress)
     for i in bar:
         obs, _ = env.reset(seed=seed + i)
         side = expert.reset(np.random.default_rng([seed, i]))
         instruction, ep_return = obs["instruction"], 0.0
+        video = EpisodeVideo(env, Path(video_dir) / f"demo_{seed + i}.mp4", f"expert, seed {seed + i}") if (
+            video_dir is not None and i < video_episodes
+        ) else None  # fmt: skip
+        if video is not None:
+            video.add()
         while True:
             action = expert.act()
             next_obs, reward, terminated, truncated, info = env.step(action)
+            if video is not None:
+                video.add(reward)
             recorder.add_step(obs, action, reward)
             ep_return += reward
             obs = next_obs
             if terminated or truncated:
                 break
+        if video is not None:
+            videos.append(video.write(bool(info["is_success"])))
         recorder.end_episode(
             instruction=instruction, success=info["is_success"], side=side, seed=seed + i, ep_return=ep_return
         )
@@ -75,6 +94,7 @@ def run_demos(
     if out is not None:
         dataset.save(out)
     summary = DemoSummary(
+        videos=videos,
         task=task,
         episodes=episodes,
         seed=seed,

@@ -238,6 +238,21 @@ class PushEnv(gym.Env):
         return self.data.xpos[self._block_body].copy(), float(yaw)
 
     @property
+    def block_half_size(self) -> np.ndarray:
+        return self.model.geom_size[self.model.geom("block").id].copy()
+
+    @property
+    def goals(self) -> np.ndarray:
+        """Every goal's xy (two in the two-goal task), [G, 2]."""
+        return self._goals.copy()
+
+    @property
+    def arm_points(self) -> np.ndarray:
+        """The arm drawn as a chain: each joint's body origin, then the pusher tip, [7, 3] (for viewers)."""
+        bodies = self.model.jnt_bodyid[[self.model.joint(j).id for j in ARM_JOINTS]]
+        return np.vstack([self.data.xpos[bodies], self.data.site_xpos[self._tip]])
+
+    @property
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self._qpos_ids].copy()
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import Image, JointState
 
-from diffpolicy_ros.nodes.camera_node import prepare_image
 from diffpolicy_ros.nodes.chunk_executor import ChunkPlayer
 from diffpolicy_ros.nodes.conversions import (
     MessageError,
@@ -19,7 +18,7 @@ from diffpolicy_ros.nodes.conversions import (
     trajectory_to_chunk,
 )
 from diffpolicy_ros.nodes.instruction_node import check_instruction
-from diffpolicy_ros.nodes.policy_node import assemble_observation
+from diffpolicy_ros.nodes.observation import assemble_observation, prepare_image
 from diffpolicy_ros.sim.push_env import ARM_JOINTS
 
 pytestmark = pytest.mark.quick

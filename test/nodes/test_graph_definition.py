@@ -64,6 +64,39 @@ def test_real_arm_without_a_box_gives_the_filter_none_and_a_bad_box_is_an_error(
         graph("real_arm", {"box_low": "[0.3, 0.2]", "box_high": "[1, 1, 1]"})
 
 
+def test_real_arm_config_file_documents_every_argument_and_maps_the_cells_topics(tmp_path):
+    import yaml
+
+    shipped = yaml.safe_load((REPO / "config" / "real_arm.yaml").read_text())
+    assert set(shipped) == set(ARGUMENTS["real_arm"]) - {"config"}  # the file documents every argument
+    assert shipped["dry_run"] is True and shipped["box_low"] == ""  # safe first-run values: no assumed box
+
+    cell = tmp_path / "cell.yaml"
+    names = [f"ur_{j}" for j in range(6)]
+    cell.write_text(
+        yaml.safe_dump(
+            {**shipped, "joint_names": ",".join(names), "joint_states_topic": "/ur/joint_states",
+             "ee_pose_topic": "/ur/tool_pose", "frame_id": "base", "top_topic": "/realsense/color", "dry_run": False}
+        )
+    )  # fmt: skip
+    nodes = {n.name: n for n in graph("real_arm", {"config": str(cell), **BOX, "max_speed": "0.05"})}
+    assert nodes["proprio_node"].parameters["joint_names"] == names
+    assert ("/joint_states", "/ur/joint_states") in nodes["proprio_node"].remappings
+    flt = nodes["safety_filter"]
+    assert ("/arm/ee_pose", "/ur/tool_pose") in flt.remappings
+    assert flt.parameters["frame_id"] == "base" and nodes["policy_node"].parameters["frame_id"] == "base"
+    assert flt.parameters["max_speed"] == 0.05 and not flt.parameters["dry_run"]  # the command line wins
+    assert nodes["camera_top"].parameters["input_topic"] == "/realsense/color"
+    assert flt.parameters["servo_node"] == "/servo_node"
+    with pytest.raises(ValueError, match="joint_names"):
+        graph("real_arm", {"joint_names": "a,b", **BOX})
+    cell.write_text("max_sped: 0.2\n")
+    with pytest.raises(ValueError, match="max_sped"):
+        graph("real_arm", {"config": str(cell)})
+    with pytest.raises(ValueError, match="no such file"):
+        graph("real_arm", {"config": str(tmp_path / "missing.yaml")})
+
+
 def test_sim_train_filters_every_command_the_sim_obeys():
     nodes = {n.name: n for n in graph("sim_train", {"real_time_factor": "0.5"})}
     flt = nodes["safety_filter"].parameters

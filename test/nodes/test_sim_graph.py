@@ -15,25 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
-from diffpolicy_ros.models.factory import build_policy, policy_spec
+from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
 from diffpolicy_ros.nodes.graph import graph as graph_definition
 from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH_NODES = {n.name for n in graph_definition("sim_train", {"trainer": "false"})}
 SEED_BLOCK_AHEAD = 29  # a reset whose block sits straight ahead of the pusher (y within 1 cm)
-
-
-def constant_velocity_checkpoint(path: Path, velocity: tuple[float, float, float]) -> Path:
-    spec = policy_spec({"kind": "diffusion", "diffusion": {"unet": {"down_dims": [32, 64, 128]}}})
-    policy = build_policy(spec)
-    v = torch.tensor(velocity)
-    policy.action_norm.low.copy_(v)
-    policy.action_norm.high.copy_(v)
-    return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="test", obs_mode="image")))
 
 
 def spin_until(node, predicate, timeout: float) -> bool:
@@ -58,8 +47,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
     from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
     from diffpolicy_ros.nodes.conversions import trajectory_to_chunk
 
-    forward = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.2, 0.0, 0.0))
-    sideways = constant_velocity_checkpoint(tmp_path / "sideways.pt", (0.0, 0.1, 0.0))
+    forward = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.2, 0.0, 0.0), use_task_state=True)
+    sideways = constant_velocity_checkpoint(tmp_path / "sideways.pt", (0.0, 0.1, 0.0), use_task_state=True)
     log = open(tmp_path / "graph.log", "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     overrides = {
@@ -81,6 +70,14 @@ def test_sim_train_graph_end_to_end(tmp_path):
     node.create_subscription(TwistStamped, "/arm/cmd_twist", lambda m: twists.append(m.twist.linear.x), COMMAND_QOS)
     node.create_subscription(TwistStamped, "/arm/cmd_twist_safe", lambda m: safe.append(m.twist.linear.x), COMMAND_QOS)
     node.create_subscription(PoseStamped, "/task/object_pose", lambda m: poses.append(m.pose.position.x), SENSOR_QOS)
+    from visualization_msgs.msg import MarkerArray
+
+    from diffpolicy_ros.nodes.common import VIEWER_QOS
+
+    marker_ns: set[str] = set()
+    node.create_subscription(
+        MarkerArray, "/visualization/markers", lambda m: marker_ns.update(k.ns for k in m.markers), VIEWER_QOS
+    )
     announce = node.create_publisher(String, "/trainer/checkpoint", LATCHED_QOS)
     try:
         came_up = spin_until(node, lambda: len(chunks) > 0, 90)
@@ -105,6 +102,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
         # (the filter's box stops the pusher at the workspace's far face after ~3 s of +x at 0.2 m/s)
         assert sum(abs(v - 0.2) < 1e-6 for v in safe) > 20 and max(safe) <= 0.2 + 1e-6
         assert max(poses) - poses[0] > 0.02, (poses[0], max(poses))
+        # a viewer (Foxglove, rviz) gets the scene from the sim and the predicted path from the policy
+        assert {"arm", "block", "goal", "policy_chunk"} <= marker_ns, marker_ns
 
         # a new checkpoint announced by the trainer is picked up
         announce.publish(String(data=str(sideways)))

@@ -201,3 +201,47 @@ def test_limits_that_cannot_protect_are_errors(bad):
     kwargs = {"box_low": LOW, "box_high": HIGH, **bad}
     with pytest.raises(ValueError):
         SafetyLimits(**kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(plausible, st.booleans(), st.sampled_from([DT / 3] * 3 + [0.001, 0.05, DT])), min_size=1, max_size=80
+    ),
+    inside,
+)
+def test_an_arm_that_follows_the_output_stays_in_the_box_when_poses_arrive_late_or_not_at_all(stream, start):
+    """The box is checked against the newest pose plus the commands sent since (dead reckoning): a pose that
+    is a few ticks old (within the deadman) must not let the tool cross a face."""
+    lim = limits(tick_period_s=DT / 3)
+    f = SafetyFilter(lim)
+    now, pose, out = 0.0, np.array(start), np.zeros(3)
+    low, high = np.array(LOW), np.array(HIGH)
+    for command, pose_arrives, gap in stream:
+        pose = pose + out * gap  # the arm follows the last output until the next tick (gaps <= lookahead)
+        assert np.all(pose <= high + 1e-9) and np.all(pose >= low - 1e-9), pose
+        now += gap
+        f.offer_command(command, now, "world", now, now)
+        if pose_arrives:
+            f.offer_pose(pose, now, "world", now, now)
+        out = f.tick(now).command
+
+
+@pytest.mark.quick
+def test_a_pose_that_teleports_is_a_glitch_until_the_pose_deadman_expires():
+    f = SafetyFilter(limits())
+    assert f.offer_pose((0.5, 0.0, 0.1), 0.0, "world", 0.0, 0.0) == ""
+    assert "jumped" in f.offer_pose((-1.4, 1.1, 0.3), 0.01, "world", 0.01, 0.01)  # 2.3 m in 10 ms
+    assert f.offer_pose((0.505, 0.0, 0.1), 0.02, "world", 0.02, 0.02) == ""  # 5 mm in 20 ms: a motion
+    assert f.counts["rejected_jump"] == 1
+    # the deadman stops the arm (no valid pose for longer than pose_timeout_s); then a new pose is taken as is
+    assert f.offer_pose((0.3, 0.2, 0.1), 0.4, "world", 0.4, 0.4) == ""
+
+
+def test_bench_safety_offline_streams_break_no_limit():
+    from diffpolicy_ros.bench.safety import bench_safety
+
+    r = bench_safety(streams=20, ticks=300, hil=False)
+    assert r["nonfinite_out"] == 0 and r["box_violations"] == 0 and r["deadman_stops"] > 0
+    assert r["max_speed"] <= r["max_speed_cap"] + 1e-9 and r["max_accel"] <= r["max_accel_cap"] + 1e-9
+    assert r["deadman_stop_ms_p99"] <= 100.0  # the first tick after expiry (ticks here jitter up to 100 ms)

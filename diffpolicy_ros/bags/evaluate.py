@@ -1,0 +1,177 @@
+"""Open-loop evaluation of a checkpoint against a bag: ``diffpolicy eval-bag BAG --checkpoint CKPT``.
+
+The bag is walked at the policy's rate (10 Hz of bag time) through the live graph's preprocessing; every tick
+with a complete, fresh observation gets a chunk (inference batched, deterministic for a seed), compared with
+the commands recorded after the observation's stamp. The field's open-loop metrics (Octo, GR00T, Diffusion
+Policy): per-step MAE / MSE against the recorded actions, the translation direction's accuracy (angle < 0.5
+rad) while the arm moves, and the best of N sampled chunks (a multimodal policy can be right far from one
+recording). Writes ``report.json`` and two PNGs when given an output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.bags.io import bag_info
+from diffpolicy_ros.bags.replay import Command, Tick, walk_bag
+from diffpolicy_ros.models.checkpoint import checkpoint_meta, load_policy
+from diffpolicy_ros.models.obs import obs_to_torch
+from diffpolicy_ros.nodes.observation import RawInputs
+
+MOVING = 0.02  # m/s: below this the recorded arm is treated as still (no direction to score)
+DIRECTION_OK = 0.5  # rad
+HOLD_S = 0.25  # a recorded command stands for at most this long (the deadman's limit)
+
+
+def recorded_at(times: np.ndarray, values: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The recorded command in force at each time in ``t`` (the newest at or before it) and whether one was
+    (none before the first command, or when the newest is older than ``HOLD_S``)."""
+    idx = np.searchsorted(times, t + 1e-6, side="right") - 1
+    valid = (idx >= 0) & (t - times[np.clip(idx, 0, None)] <= HOLD_S)
+    return values[np.clip(idx, 0, None)], valid
+
+
+def evaluate_bag(
+    bag: str | Path,
+    checkpoint: str | Path,
+    samples: int = 1,
+    seed: int = 0,
+    device: str = "cpu",
+    batch_size: int = 32,
+    ddim_steps: int | None = None,
+    topics: dict[str, str] | None = None,
+    command_topic: str = C.CMD_TWIST_TOPIC,
+    rate_hz: float = 1.0 / C.CONTROL_PERIOD_S,
+    max_age: float = 0.35,
+    out_dir: str | Path | None = None,
+    warn=print,
+) -> dict:
+    start = time.perf_counter()
+    policy, ckpt = load_policy(checkpoint, device)
+    fusion = policy.config.fusion
+    need_images, need_task_state = bool(fusion.use_images), bool(fusion.use_task_state)
+    execute = checkpoint_meta(ckpt).execute_horizon
+    info = bag_info(bag)
+
+    # -- walk the bag: observations at the policy's ticks, and the recorded commands --------------------
+    inputs = RawInputs(topics)
+    observations, stamps, stale = [], [], 0
+    cmd_t, cmd_v = [], []
+    for event in walk_bag(bag, inputs, need_images, need_task_state, command_topic, rate_hz, max_age, warn=warn):
+        if isinstance(event, Tick):
+            if isinstance(event.obs, str):
+                stale += 1
+            else:
+                observations.append(event.obs[0])
+                stamps.append(event.obs[1])
+        elif isinstance(event, Command):
+            cmd_t.append(event.t)
+            cmd_v.append(event.velocity)
+    if not cmd_t:
+        raise ValueError(f"{bag}: no commands on {command_topic} to compare with")
+    cmd_t, cmd_v = np.asarray(cmd_t), np.asarray(cmd_v, np.float64)
+
+    # -- batched inference: samples x chunks, one generator so a seed fixes the result -------------------
+    generator = torch.Generator(device=device).manual_seed(seed)
+    preds = np.zeros((samples, len(observations), C.CHUNK_HORIZON, C.ACTION_DIM))
+    batch_ms: list[float] = []
+    with torch.inference_mode():
+        for lo in range(0, len(observations), batch_size):
+            part = observations[lo : lo + batch_size]
+            batch = {k: np.stack([o[k] for o in part]) for k in part[0] if k != "instruction"}
+            batch["instruction"] = [o["instruction"] for o in part]
+            obs = obs_to_torch(batch, device)
+            for s in range(samples):
+                t0 = time.perf_counter()
+                chunk = policy.predict_chunk(obs, ddim_steps, generator=generator)
+                batch_ms.append((time.perf_counter() - t0) * 1e3 / len(part))
+                preds[s, lo : lo + len(part)] = chunk.float().cpu().numpy()
+
+    # -- metrics against what was recorded after each observation ------------------------------------------
+    dt = C.CONTROL_PERIOD_S
+    stamps_a = np.asarray(stamps)
+    when = stamps_a[:, None] + dt * np.arange(C.CHUNK_HORIZON)[None, :]  # [N, H]
+    target, valid = recorded_at(cmd_t, cmd_v, when.reshape(-1))
+    target, valid = target.reshape(*when.shape, C.ACTION_DIM), valid.reshape(when.shape)
+    err = np.abs(preds[0] - target)  # [N, H, A]
+    mae_by_step = [float(err[:, k][valid[:, k]].mean()) if valid[:, k].any() else None for k in range(when.shape[1])]
+    sq = ((preds[0] - target) ** 2)[valid]
+    speed = np.linalg.norm(target, axis=-1)
+    moving = valid & (speed > MOVING)
+    cos = np.sum(preds[0] * target, -1) / (np.linalg.norm(preds[0], axis=-1) * speed + 1e-12)
+    angle = np.arccos(np.clip(cos, -1.0, 1.0))
+    per_sample = np.array([[np.abs(p[i] - target[i])[valid[i]].mean() if valid[i].any() else np.nan
+                            for i in range(len(stamps))] for p in preds])  # fmt: skip
+    best = np.nanmin(per_sample, axis=0) if len(stamps) else np.array([])
+    covered = np.zeros(len(cmd_t), bool)
+    for s in stamps_a:  # the commands a chunk's executed part stands for
+        covered |= (cmd_t >= s - 1e-6) & (cmd_t < s + execute * dt - 1e-6)
+    report = {
+        "bag": str(bag),
+        "checkpoint": str(checkpoint),
+        "chunks": len(stamps),
+        "samples": samples,
+        "mae_by_step": mae_by_step,
+        "mse": float(sq.mean()) if sq.size else None,
+        "direction_acc": float((angle[moving] < DIRECTION_OK).mean()) if moving.any() else None,
+        "best_of_n_mae": float(np.nanmean(best)) if best.size and np.isfinite(best).any() else None,
+        "coverage": float(covered.mean()),
+        "stale_inputs": stale,
+        "dropped_inputs": dict(inputs.dropped),
+        "infer_ms_p50": round(float(np.percentile(batch_ms, 50)), 2) if batch_ms else None,
+        "infer_ms_p99": round(float(np.percentile(batch_ms, 99)), 2) if batch_ms else None,
+        "bag_duration_s": round(info.duration_s, 2),
+        "wall_s": round(time.perf_counter() - start, 2),
+    }
+    report["realtime_factor"] = round(report["bag_duration_s"] / max(report["wall_s"], 1e-9), 1)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+        report["plots"] = plot_report(out, report, stamps_a, preds[0], cmd_t, cmd_v, execute)
+    return report
+
+
+def plot_report(out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int) -> list[str]:
+    """actions.png: each action dimension over time, recorded vs the chunks drawn from their inference points;
+    error_by_step.png: MAE against the step in the chunk."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = cmd_t[0]
+    fig, axes = plt.subplots(C.ACTION_DIM, 1, figsize=(10, 6), sharex=True)
+    steps = C.CONTROL_PERIOD_S * np.arange(C.CHUNK_HORIZON)
+    for d, ax in enumerate(axes):
+        ax.step(cmd_t - t0, cmd_v[:, d], where="post", color="black", lw=1.2, label="recorded")
+        for i, s in enumerate(stamps):
+            ax.plot(s - t0 + steps, chunks[i, :, d], color="tab:orange", lw=0.6, alpha=0.35,
+                    label="predicted chunks" if i == 0 else None)  # fmt: skip
+            ax.plot(s - t0 + steps[:execute], chunks[i, :execute, d], color="tab:red", lw=1.0, alpha=0.7,
+                    label="executed part" if i == 0 else None)  # fmt: skip
+        ax.set_ylabel(f"v{'xyz'[d]} (m/s)")
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[-1].set_xlabel("bag time (s)")
+    fig.suptitle(f"{Path(report['checkpoint']).name} on {Path(report['bag']).name}")
+    fig.tight_layout()
+    fig.savefig(out / "actions.png", dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    mae = [np.nan if v is None else v for v in report["mae_by_step"]]
+    ax.plot(np.arange(len(mae)), mae, marker="o")
+    ax.axvspan(-0.5, execute - 0.5, color="tab:green", alpha=0.1, label="executed")
+    ax.set_xlabel("step in chunk")
+    ax.set_ylabel("MAE (m/s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "error_by_step.png", dpi=100)
+    plt.close(fig)
+    return [str(out / "actions.png"), str(out / "error_by_step.png")]

@@ -1,0 +1,189 @@
+"""From ROS messages to the policy's observation: the preprocessing the live graph does, as library code.
+
+The live graph runs it across three nodes (camera_node: any image -> rgb8 at the model size; proprio_node:
+joint names mapped, velocities estimated when missing; policy_node: the newest of each input, refused when
+any part is missing or stale). ``ObservationCache`` is the policy node's half; ``RawInputs`` chains the
+camera and proprio halves in front of it for tools that read raw topics without a graph (``eval-bag``,
+``train-bc --data BAG``), so a policy evaluated or trained from a bag sees what it sees when deployed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, joint_state_vectors, pose_xy, stamp_to_sec
+
+
+def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
+    """Centre-crop to square (optional) and resize to size x size (area filter when shrinking)."""
+    import cv2
+
+    if crop_square:
+        h, w = rgb.shape[:2]
+        s = min(h, w)
+        rgb = rgb[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
+    if rgb.shape[:2] != (size, size):
+        shrinking = rgb.shape[0] > size
+        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return np.ascontiguousarray(rgb)
+
+
+def joint_velocities(
+    pos: np.ndarray, vel: np.ndarray | None, t: float, previous: tuple[float, np.ndarray] | None
+) -> np.ndarray:
+    """The driver's velocities, or a finite difference with the previous valid sample (zero for the first)."""
+    if vel is not None:
+        return vel
+    if previous is not None and t > previous[0]:
+        return (pos - previous[1]) / (t - previous[0])
+    return np.zeros_like(pos)
+
+
+def assemble_observation(
+    latest: dict, now: float, max_age: float, need_images: bool, need_task_state: bool = True
+) -> tuple[dict, float]:
+    """Newest samples -> (env-style observation, its stamp = the oldest part's). Raises MessageError.
+
+    A policy without task state (``fusion.use_task_state: false``) needs no object or goal pose: their proprio
+    slots are left zero, and the model does not read them."""
+    parts = ["joints", "instruction"] + (["object", "goal"] if need_task_state else [])
+    parts += [f"image_{c}" for c in C.CAMERAS] if need_images else []
+    missing = [p for p in parts if p not in latest]
+    if missing:
+        raise MessageError(f"waiting for {missing}")
+    stamps = {p: latest[p][0] for p in parts if p != "instruction"}
+    stale = {p: round(now - t, 3) for p, t in stamps.items() if now - t > max_age}
+    if stale:
+        raise MessageError(f"stale inputs (age s): {stale}")
+    pos, vel = latest["joints"][1]
+    proprio = np.zeros(C.PROPRIO_DIM, np.float32)
+    proprio[C.PROPRIO_SLICES["joint_positions"]] = pos
+    proprio[C.PROPRIO_SLICES["joint_velocities"]] = vel
+    if need_task_state:
+        proprio[C.PROPRIO_SLICES["object_xy"]] = latest["object"][1]
+        proprio[C.PROPRIO_SLICES["goal_xy"]] = latest["goal"][1]
+    obs = {"proprio": proprio, "instruction": latest["instruction"][1]}
+    if need_images:
+        for cam in C.CAMERAS:
+            obs[f"image_{cam}"] = latest[f"image_{cam}"][1]
+    return obs, min(stamps.values())
+
+
+def example_observation(images: bool) -> dict:
+    obs = {"proprio": np.zeros(C.PROPRIO_DIM, np.float32), "instruction": C.DEFAULT_INSTRUCTION}
+    if images:
+        obs.update({f"image_{c}": np.zeros(C.IMAGE_SHAPE, np.uint8) for c in C.CAMERAS})
+    return obs
+
+
+class ObservationCache:
+    """The newest valid sample of each policy input (the policy node's side). Each ``on_*`` returns the
+    reason a message was dropped, or '' when it was taken; out-of-order samples are dropped."""
+
+    def __init__(self):
+        self.latest: dict[str, tuple[float, object]] = {}
+
+    def store(self, key: str, stamp: float, value) -> str:
+        old = self.latest.get(key)
+        if old is not None and stamp < old[0]:
+            return f"out-of-order {key} dropped"
+        self.latest[key] = (stamp, value)
+        return ""
+
+    def on_image(self, cam: str, msg: Image) -> str:
+        try:
+            rgb = image_to_rgb(msg)
+        except MessageError as exc:
+            return f"camera {cam}: {exc}"
+        if rgb.shape != C.IMAGE_SHAPE:
+            return f"camera {cam}: image {rgb.shape[:2]} is not the model size {C.IMAGE_SHAPE[:2]} (run camera_node)"
+        return self.store(f"image_{cam}", stamp_to_sec(msg.header.stamp), rgb)
+
+    def on_joints(self, msg: JointState) -> str:
+        try:
+            pos, vel = joint_state_vectors(msg, C.ARM_JOINTS)
+        except MessageError as exc:
+            return f"joints: {exc}"
+        if vel is None:
+            return "joints: no joint velocities (proprio_node provides them)"
+        return self.store("joints", stamp_to_sec(msg.header.stamp), (pos, vel))
+
+    def on_pose(self, key: str, msg: PoseStamped) -> str:
+        try:
+            return self.store(key, stamp_to_sec(msg.header.stamp), pose_xy(msg))
+        except MessageError as exc:
+            return f"{key} pose: {exc}"
+
+    def on_instruction(self, msg: String) -> str:
+        reason = C.check_instruction(msg.data)
+        if reason:
+            return f"ignoring instruction: {reason}"
+        return self.store("instruction", -np.inf, msg.data)  # latched state, no age
+
+
+class RawInputs:
+    """camera_node + proprio_node + the policy node's cache, for raw topics read without a graph. ``offer``
+    takes (topic, message); topics are the contract's unless mapped (``topics``: role -> topic)."""
+
+    ROLES = {
+        "image_top": C.raw_camera_topic("top"),
+        "image_side": C.raw_camera_topic("side"),
+        "joint_states": C.JOINT_STATES_TOPIC,
+        "object_pose": C.OBJECT_POSE_TOPIC,
+        "goal_pose": C.GOAL_POSE_TOPIC,
+        "instruction": C.INSTRUCTION_TOPIC,
+    }
+
+    def __init__(
+        self,
+        topics: dict[str, str] | None = None,
+        joint_names: Sequence[str] = C.ARM_JOINTS,
+        crop_square: bool = True,
+    ):
+        self.topic_role = {t: r for r, t in {**self.ROLES, **(topics or {})}.items()}
+        self.joint_names, self.crop = list(joint_names), crop_square
+        self.cache = ObservationCache()
+        self.previous_joints: tuple[float, np.ndarray] | None = None
+        self.dropped: dict[str, int] = {}
+
+    @property
+    def topics(self) -> list[str]:
+        return list(self.topic_role)
+
+    def offer(self, topic: str, msg) -> str:
+        role = self.topic_role.get(topic)
+        reason = self._offer(role, msg) if role else ""
+        if reason:
+            self.dropped[role] = self.dropped.get(role, 0) + 1
+        return reason
+
+    def _offer(self, role: str, msg) -> str:
+        if role.startswith("image_"):
+            try:
+                rgb = prepare_image(image_to_rgb(msg), C.IMAGE_SIZE, self.crop)
+            except MessageError as exc:
+                return f"{role}: {exc}"
+            return self.cache.store(role, stamp_to_sec(msg.header.stamp), rgb)
+        if role == "joint_states":
+            try:
+                pos, vel = joint_state_vectors(msg, self.joint_names)
+            except MessageError as exc:
+                return f"joints: {exc}"
+            t = stamp_to_sec(msg.header.stamp)
+            vel = joint_velocities(pos, vel, t, self.previous_joints)
+            reason = self.cache.store("joints", t, (pos, vel))
+            if not reason:
+                self.previous_joints = (t, pos)
+            return reason
+        if role in ("object_pose", "goal_pose"):
+            return self.cache.on_pose(role.removesuffix("_pose"), msg)
+        return self.cache.on_instruction(msg)
+
+    def observe(self, now: float, max_age: float, need_images: bool, need_task_state: bool) -> tuple[dict, float]:
+        return assemble_observation(self.cache.latest, now, max_age, need_images, need_task_state)

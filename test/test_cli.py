@@ -1,0 +1,98 @@
+"""The `diffpolicy` command as a new user meets it: defaults in --help, one clear line for each mistake (exit 2,
+no traceback, no empty run folder), a table for people and JSON for machines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diffpolicy_ros.nodes.graph import ARGUMENTS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DIFFPOLICY_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "diffpolicy_ros.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.quick
+def test_help_shows_defaults_choices_and_every_graph_argument():
+    ev = cli("eval", "--help").stdout
+    assert "(default: 50)" in ev and "(default: 10000)" in ev and "--threads" in ev and "--video" in ev
+    learn = cli("bench", "learn", "--help").stdout
+    assert "diffusion_ddim10,diffusion_ddim20,gaussian" in learn  # the choices are shown
+    launch = cli("launch", "--help").stdout
+    for graph, args in ARGUMENTS.items():
+        assert f"  {graph}:" in launch
+        assert all(f"{name}:=" in launch for name in args)
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path) -> Path:
+    """An untrained small state policy recorded as trained on push."""
+    from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
+    from diffpolicy_ros.models.factory import build_policy, policy_spec
+
+    spec = policy_spec({"kind": "diffusion", "diffusion": {"unet": {"down_dims": [16, 32, 64]}}})
+    meta = CheckpointMeta(source="test", task="push", obs_mode="state")
+    return save_checkpoint(tmp_path / "push.pt", make_payload(spec, build_policy(spec), meta))
+
+
+def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and all(f in lines[0] for f in fragments), result.stderr
+
+
+def test_user_mistakes_end_in_one_line_and_leave_no_run_folder(tmp_path, tiny_checkpoint):
+    missing = cli("train-bc", "--data", "demos.npz", "--config", "config/policy/nope.yaml", "--run-dir", tmp_path / "r")
+    one_error_line(missing, "config file not found", "nope.yaml")
+    misspelt = tmp_path / "bad.yaml"
+    misspelt.write_text("policy:\n  kind: diffusion\n  diffusoin: {}\n")
+    demos = tmp_path / "demos.npz"
+    assert cli("demo", "--episodes", "1", "--out", demos, "--json").returncode == 0
+    typo = cli("train-bc", "--data", demos, "--config", misspelt, "--iters", "1", "--run-dir", tmp_path / "r")
+    one_error_line(typo, "diffusoin")
+    assert not (tmp_path / "r").exists()  # the failed runs left nothing behind, not even runs/latest
+
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(tiny_checkpoint.read_bytes()[:2000])
+    bad = cli("eval", "--checkpoint", corrupt, "--episodes", "1")
+    one_error_line(bad, "corrupt or not a checkpoint")
+    assert "weights_only" not in bad.stderr and "allow_pickle" not in bad.stderr
+    wrong_task = cli("eval", "--checkpoint", tiny_checkpoint, "--episodes", "1", "--task", "push_two_goals")
+    one_error_line(wrong_task, "trained on 'push'", "--any-task")
+
+
+@pytest.mark.quick
+def test_table_for_people_json_for_machines():
+    import contextlib
+    import io
+    import json
+
+    from diffpolicy_ros.cli import _print_json_or_table
+
+    result = {"success_rate": 0.8512345, "success_ci95": (0.71, 0.9), "by": {"left": 3}, "steps": list(range(16))}
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        _print_json_or_table(result, as_json=False)
+    assert "success_rate  0.8512" in table.getvalue() and "by.left" in table.getvalue()
+    assert "16 values" in table.getvalue() and "{" not in table.getvalue()
+    machine = io.StringIO()
+    with contextlib.redirect_stdout(machine):
+        _print_json_or_table(result, as_json=True)
+    assert json.loads(machine.getvalue())["steps"] == list(range(16))
