@@ -16,6 +16,7 @@ NODES = (
     "trainer_node",
     "bag_recorder",
     "bag_player",
+    "evaluator",
 )
 HERE = Path(__file__).parent
 

@@ -93,35 +93,10 @@ def evaluate_bag(
                 batch_ms.append((time.perf_counter() - t0) * 1e3 / len(part))
                 preds[s, lo : lo + len(part)] = chunk.float().cpu().numpy()
 
-    # -- metrics against what was recorded after each observation ------------------------------------------
-    dt = C.CONTROL_PERIOD_S
-    stamps_a = np.asarray(stamps)
-    when = stamps_a[:, None] + dt * np.arange(C.CHUNK_HORIZON)[None, :]  # [N, H]
-    target, valid = recorded_at(cmd_t, cmd_v, when.reshape(-1))
-    target, valid = target.reshape(*when.shape, C.ACTION_DIM), valid.reshape(when.shape)
-    err = np.abs(preds[0] - target)  # [N, H, A]
-    mae_by_step = [float(err[:, k][valid[:, k]].mean()) if valid[:, k].any() else None for k in range(when.shape[1])]
-    sq = ((preds[0] - target) ** 2)[valid]
-    speed = np.linalg.norm(target, axis=-1)
-    moving = valid & (speed > MOVING)
-    cos = np.sum(preds[0] * target, -1) / (np.linalg.norm(preds[0], axis=-1) * speed + 1e-12)
-    angle = np.arccos(np.clip(cos, -1.0, 1.0))
-    per_sample = np.array([[np.abs(p[i] - target[i])[valid[i]].mean() if valid[i].any() else np.nan
-                            for i in range(len(stamps))] for p in preds])  # fmt: skip
-    best = np.nanmin(per_sample, axis=0) if len(stamps) else np.array([])
-    covered = np.zeros(len(cmd_t), bool)
-    for s in stamps_a:  # the commands a chunk's executed part stands for
-        covered |= (cmd_t >= s - 1e-6) & (cmd_t < s + execute * dt - 1e-6)
     report = {
         "bag": str(bag),
         "checkpoint": str(checkpoint),
-        "chunks": len(stamps),
-        "samples": samples,
-        "mae_by_step": mae_by_step,
-        "mse": float(sq.mean()) if sq.size else None,
-        "direction_acc": float((angle[moving] < DIRECTION_OK).mean()) if moving.any() else None,
-        "best_of_n_mae": float(np.nanmean(best)) if best.size and np.isfinite(best).any() else None,
-        "coverage": float(covered.mean()),
+        **score(np.asarray(stamps), preds, cmd_t, cmd_v, execute),
         "stale_inputs": stale,
         "dropped_inputs": dict(inputs.dropped),
         "infer_ms_p50": round(float(np.percentile(batch_ms, 50)), 2) if batch_ms else None,
@@ -131,11 +106,49 @@ def evaluate_bag(
     }
     report["realtime_factor"] = round(report["bag_duration_s"] / max(report["wall_s"], 1e-9), 1)
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(json.dumps(report, indent=2))
-        report["plots"] = plot_report(out, report, stamps_a, preds[0], cmd_t, cmd_v, execute)
+        write_report(out_dir, report, np.asarray(stamps), preds[0], cmd_t, cmd_v, execute)
     return report
+
+
+def score(stamps: np.ndarray, preds: np.ndarray, cmd_t: np.ndarray, cmd_v: np.ndarray, execute: int) -> dict:
+    """Chunks ``preds`` [samples, N, H, A] predicted from observations stamped ``stamps`` [N] against the
+    recorded commands (``cmd_t`` [M], ``cmd_v`` [M, A]): the eval-bag metrics. Shared with the evaluator node."""
+    dt = C.CONTROL_PERIOD_S
+    horizon = preds.shape[2]
+    when = stamps[:, None] + dt * np.arange(horizon)[None, :]  # [N, H]: the time each predicted step is for
+    target, valid = recorded_at(cmd_t, cmd_v, when.reshape(-1))
+    target, valid = target.reshape(*when.shape, -1), valid.reshape(when.shape)
+    err = np.abs(preds[0] - target)  # [N, H, A]
+    mae_by_step = [float(err[:, k][valid[:, k]].mean()) if valid[:, k].any() else None for k in range(horizon)]
+    sq = ((preds[0] - target) ** 2)[valid]
+    speed = np.linalg.norm(target, axis=-1)
+    moving = valid & (speed > MOVING)
+    cos = np.sum(preds[0] * target, -1) / (np.linalg.norm(preds[0], axis=-1) * speed + 1e-12)
+    angle = np.arccos(np.clip(cos, -1.0, 1.0))
+    per_sample = np.full(preds.shape[:2], np.nan)  # each sampled chunk's MAE over its valid steps
+    for i in range(len(stamps)):
+        if valid[i].any():
+            per_sample[:, i] = np.abs(preds[:, i] - target[i])[:, valid[i]].mean(axis=(1, 2))
+    best = np.nanmin(per_sample, axis=0) if len(stamps) else np.array([])
+    covered = np.zeros(len(cmd_t), bool)
+    for s in stamps:  # the recorded commands a chunk's executed part stands for
+        covered |= (cmd_t >= s - 1e-6) & (cmd_t < s + execute * dt - 1e-6)
+    return {
+        "chunks": int(len(stamps)),
+        "samples": int(preds.shape[0]),
+        "mae_by_step": mae_by_step,
+        "mse": float(sq.mean()) if sq.size else None,
+        "direction_acc": float((angle[moving] < DIRECTION_OK).mean()) if moving.any() else None,
+        "best_of_n_mae": float(np.nanmean(best)) if np.isfinite(best).any() else None,
+        "coverage": float(covered.mean()) if len(cmd_t) else 0.0,
+    }
+
+
+def write_report(out_dir, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report["plots"] = plot_report(out, report, stamps, chunks, cmd_t, cmd_v, execute)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
 
 
 def plot_report(out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int) -> list[str]:

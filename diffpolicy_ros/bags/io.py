@@ -17,6 +17,7 @@ from rosbags.typesys import Stores, get_typestore
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 STORAGE = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+UNKNOWN_RIHS01 = "RIHS01_" + "0" * 64
 EPISODE_TOPIC = "/diffpolicy/episode"  # std_msgs/String JSON: {"event": "start"|"end", "episode", "seed", ...}
 
 
@@ -76,7 +77,12 @@ class BagWriter:
         conn = self.connections.get(topic)
         if conn is None:
             qos = self.qos.get(topic, qos_profile(reliable=True))
-            conn = self.writer.add_connection(topic, type_name, typestore=TYPESTORE, offered_qos_profiles=[qos])
+            if type_name in TYPESTORE.fielddefs:  # the definition and RIHS01 hash readers need
+                conn = self.writer.add_connection(topic, type_name, typestore=TYPESTORE, offered_qos_profiles=[qos])
+            else:  # a custom type: its .msg text is not known here; readers that need it cannot decode it
+                conn = self.writer.add_connection(
+                    topic, type_name, msgdef="", rihs01=UNKNOWN_RIHS01, offered_qos_profiles=[qos]
+                )
             self.connections[topic] = conn
         self.writer.write(conn, int(stamp_ns), data)
 

@@ -33,6 +33,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
         "max_speed": str(C.MAX_SPEED),  # safety filter: m/s on the norm of the commanded velocity
         "dry_run": "false",  # safety filter: publish zero, report what would be sent on ~/would_send
+        "record": "",  # a bag folder to record every topic of the run into ('' = no recording)
     },
     "real_arm": {
         "config": "",  # a YAML file of these arguments (config/real_arm.yaml); name:=value still wins over it
@@ -63,9 +64,14 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "speed_scaling_topic": C.SPEED_SCALING_TOPIC,  # the UR driver's speed scaling (0 = paused: latches)
     },
     "replay_eval": {
-        "checkpoint": "",
+        "bag": "",  # REQUIRED: the bag to replay (cameras, /joint_states, instruction, commands; poses if used)
+        "checkpoint": "",  # REQUIRED: the policy to evaluate against what the bag recorded
+        "out": "replay_eval",  # report.json and PNGs
         "device": "auto",
         "ddim_steps": "0",  # 0: the checkpoint's own
+        "rate": "1.0",  # playback speed
+        "command_topic": C.CMD_TWIST_TOPIC,  # the recorded commands the chunks are compared with
+        "delay_s": "8.0",  # before the first message: the graph discovers the topics and the policy warms up
     },
 }
 
@@ -178,6 +184,9 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
         for node in nodes:
             if node.executable != "sim_bridge":  # the bridge publishes /clock; everyone else follows it
                 node.parameters.update(sim_time)
+        if a["record"]:  # the whole run as a bag (receive time, like ros2 bag record)
+            out = str(Path(a["record"]).expanduser().resolve())
+            nodes.append(NodeSpec("bag_recorder", "bag_recorder", {"out": out}, required=False))
         return nodes
 
     if name == "real_arm":
@@ -232,7 +241,26 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
             ),
         ]
 
-    # replay_eval: a bag player provides /clock and the recorded topics; the policy runs on sim time.
+    # replay_eval: the bag player provides /clock and the recorded topics (instruction included); the policy
+    # runs on sim time; the evaluator ends the graph with a report when the bag ends.
+    for key in ("bag", "checkpoint"):
+        if not a[key]:
+            raise ValueError(f"replay_eval needs {key}:=PATH")
+    bag = str(Path(a["bag"]).expanduser().resolve())
+    out = str(Path(a["out"]).expanduser().resolve())
     for node in (*cameras, proprio, policy):
         node.parameters["use_sim_time"] = True
-    return [*cameras, proprio, NodeSpec("instruction_node", "instruction_node", {"use_sim_time": True}), policy]
+    # the bag's commands are compared with, never sent: the player's command topic goes nowhere else
+    player = NodeSpec(
+        "bag_player",
+        "bag_player",
+        {"bag": bag, "rate": float(a["rate"]), "delay_s": float(a["delay_s"]), "clock": True},
+        required=False,
+    )
+    evaluator = NodeSpec(
+        "evaluator",
+        "evaluator",
+        {"out": out, "command_topic": a["command_topic"], "bag": bag, "checkpoint": a["checkpoint"],
+         "use_sim_time": True},
+    )  # fmt: skip
+    return [player, *cameras, proprio, policy, evaluator]

@@ -77,9 +77,9 @@ def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
                 code = proc.poll()
                 if code is None:
                     continue
-                if spec.required:
+                if spec.required:  # exit 0: its job is done (the replay evaluator), the graph ends with it
                     out.write(f"[launch] required node {node_name} exited with {code}: stopping the graph\n")
-                    exit_code = code or 1
+                    exit_code = code
                     stop_requested.set()
                     break
                 out.write(f"[launch] optional node {node_name} exited with {code}\n")

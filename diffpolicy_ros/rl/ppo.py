@@ -723,6 +723,9 @@ def train_ppo(
             raise ValueError("--resume auto needs --run-dir (the run to continue)")
         found = latest_checkpoint(run_dir)
         resume = str(found) if found else None
+        # say which: a resume that silently trains from scratch wastes a day
+        print(f"resume: {found}" if found else f"resume auto: no checkpoint in {run_dir}, starting fresh",
+              file=sys.stderr)  # fmt: skip
     trainer = PPOTrainer(run, run_dir, resume=resume, progress=progress, hooks=hooks)
     try:
         return trainer.train()

@@ -118,3 +118,15 @@ def test_ros_args_encode_types_and_empty_strings():
     args = ros_args(spec)
     assert args[:3] == ["--ros-args", "-r", "__node:=policy_node"]
     assert "ddim_steps:=20" in args and "checkpoint:=\"\"" in args and "use_sim_time:=true" in args
+
+
+def test_sim_train_records_when_asked_and_replay_eval_needs_a_bag_and_a_checkpoint(tmp_path):
+    nodes = {n.name: n for n in graph("sim_train", {"record": str(tmp_path / "run_bag")})}
+    assert nodes["bag_recorder"].parameters["out"] == str(tmp_path / "run_bag") and not nodes["bag_recorder"].required
+    assert "bag_recorder" not in {n.name for n in graph("sim_train")}
+    with pytest.raises(ValueError, match="bag:="):
+        graph("replay_eval", {"checkpoint": "x.pt"})
+    replay = {n.name: n for n in graph("replay_eval", {"bag": str(tmp_path), "checkpoint": "x.pt"})}
+    assert set(replay) == {"bag_player", "camera_top", "camera_side", "proprio_node", "policy_node", "evaluator"}
+    assert not replay["bag_player"].required and replay["evaluator"].required  # the evaluator ends the graph
+    assert all(replay[n].parameters.get("use_sim_time") for n in replay if n != "bag_player")

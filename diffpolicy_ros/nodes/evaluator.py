@@ -1,0 +1,79 @@
+"""evaluator: the end of the ``replay_eval`` graph. Pairs each action chunk the policy published (stamped with
+its observation's bag time) with the recorded commands that followed it, and when the bag player says the
+bag has ended writes ``report.json`` and the PNGs — the same metrics as ``diffpolicy eval-bag`` — then exits,
+which ends the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from geometry_msgs.msg import TwistStamped
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Bool
+from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.bags.evaluate import score, write_report
+from diffpolicy_ros.nodes.common import LATCHED_QOS, parameter, run_node
+from diffpolicy_ros.nodes.conversions import MessageError, stamp_to_sec, trajectory_to_chunk, twist_vector
+
+# every chunk and every recorded command counts: keep what arrives in a burst instead of only the newest
+KEEP_ALL = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class Evaluator(Node):
+    def __init__(self):
+        super().__init__("evaluator")
+        self.out = parameter(self, "out", "replay_eval", bool, "must name the report folder")
+        command_topic = parameter(self, "command_topic", C.CMD_TWIST_TOPIC, bool, "must not be empty")
+        self.execute = parameter(self, "execute_horizon", C.EXECUTE_HORIZON, lambda v: v > 0, "must be > 0")
+        done_topic = parameter(self, "done_topic", "/bag_player/done", bool, "must not be empty")
+        self.labels = {"bag": parameter(self, "bag", ""), "checkpoint": parameter(self, "checkpoint", "")}
+        self.stamps: list[float] = []
+        self.chunks: list[np.ndarray] = []
+        self.cmd_t: list[float] = []
+        self.cmd_v: list[np.ndarray] = []
+        self.create_subscription(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, self.on_chunk, KEEP_ALL)
+        self.create_subscription(TwistStamped, command_topic, self.on_command, KEEP_ALL)
+        self.create_subscription(Bool, done_topic, self.on_done, LATCHED_QOS)
+
+    def on_chunk(self, msg: MultiDOFJointTrajectory) -> None:
+        try:
+            self.chunks.append(trajectory_to_chunk(msg, C.CHUNK_HORIZON, C.CONTROL_PERIOD_S))
+        except MessageError as exc:
+            self.get_logger().warn(f"chunk dropped: {exc}")
+            return
+        self.stamps.append(stamp_to_sec(msg.header.stamp))
+
+    def on_command(self, msg: TwistStamped) -> None:
+        try:
+            self.cmd_v.append(twist_vector(msg))
+        except MessageError:
+            return
+        self.cmd_t.append(stamp_to_sec(msg.header.stamp))
+
+    def on_done(self, msg: Bool) -> None:
+        if not msg.data:
+            return
+        if not self.chunks or not self.cmd_t:
+            self.get_logger().error(f"bag ended with {len(self.chunks)} chunks and {len(self.cmd_t)} commands")
+            raise SystemExit(1)
+        order = np.argsort(self.cmd_t)
+        cmd_t, cmd_v = np.asarray(self.cmd_t)[order], np.asarray(self.cmd_v)[order]
+        stamps, chunks = np.asarray(self.stamps), np.asarray(self.chunks)
+        report = {"source": "replay_eval", **self.labels, **score(stamps, chunks[None], cmd_t, cmd_v, self.execute)}
+        write_report(self.out, report, stamps, chunks, cmd_t, cmd_v, self.execute)
+        self.get_logger().info(
+            f"report: {report['chunks']} chunks, mae_by_step[0] {report['mae_by_step'][0]}, "
+            f"coverage {report['coverage']:.2f} -> {self.out}/report.json"
+        )
+        raise SystemExit(0)
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(Evaluator, args, threads=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
