@@ -81,7 +81,10 @@ class EpisodeVideo:
 
     @staticmethod
     def _text(image: np.ndarray, text: str, origin: tuple[int, int]) -> None:
-        cv2.putText(image, text, origin, cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 3, cv2.LINE_AA)
+        """White text on a dark box (an outline drawn thicker would drift: Hershey glyph advance grows with it)."""
+        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
+        x, y = origin
+        cv2.rectangle(image, (x - 3, y - h - 3), (x + w + 3, y + base + 1), (20, 20, 20), cv2.FILLED)
         cv2.putText(image, text, origin, cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
 
     def write(self, success: bool, fps: float | None = None) -> dict:
