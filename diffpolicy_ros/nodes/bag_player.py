@@ -79,7 +79,7 @@ class BagPlayer(Node):
             self.connections.append(conn)
 
         self.lock = threading.Lock()
-        self.paused = False
+        self.paused = self.delay > 0  # the clock holds at the start through the delay
         self.bag_t0 = self.info.start_ns + round(self.offset * NS)
         self.anchor = (time.monotonic(), self.bag_t0)  # (wall, bag time) of the last (re)start
         self.pub_clock = self.create_publisher(Clock, C.CLOCK_TOPIC, CLOCK_QOS) if self.clock else None
@@ -127,7 +127,6 @@ class BagPlayer(Node):
 
     def play(self) -> None:
         if self.delay:
-            self.on_pause(None, Trigger.Response())  # the clock holds at the start during the delay
             time.sleep(self.delay)
             self.on_resume(None, Trigger.Response())
         while True:

@@ -82,3 +82,52 @@ def test_replay_eval_report_agrees_with_offline_eval_bag(tmp_path, demo_bag):
         assert abs(replay["mae_by_step"][k] - offline["mae_by_step"][k]) < 0.005, k
     assert abs(replay["coverage"] - offline["coverage"]) < 0.03
     assert (out / "actions.png").exists() and (out / "error_by_step.png").exists()
+
+
+@pytest.mark.slow
+def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag):
+    """/clock from before the first message at bag time, rate x wall time, a start offset, the done flag."""
+    import time
+
+    import rclpy
+    from rclpy.node import Node
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Bool
+
+    from diffpolicy_ros.nodes.bag_player import CLOCK_QOS
+    from diffpolicy_ros.nodes.common import LATCHED_QOS, SENSOR_QOS
+    from diffpolicy_ros.nodes.conversions import stamp_to_sec
+
+    info = bag_info(demo_bag)
+    offset = 3.0
+    player = subprocess.Popen(
+        [sys.executable, "-m", "diffpolicy_ros.nodes.bag_player", "--ros-args", "-p", f"bag:={demo_bag}",
+         "-p", "rate:=2.0", "-p", f"start_offset_s:={offset}", "-p", "delay_s:=5.0",
+         "-r", "/joint_states:=/replayed/joint_states"],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    rclpy.init()
+    node = Node("player_probe")
+    clocks, joints, done = [], [], []
+    node.create_subscription(Clock, "/clock", lambda m: clocks.append(stamp_to_sec(m.clock)), CLOCK_QOS)
+    def on_joints(m: JointState) -> None:
+        joints.append((time.monotonic(), stamp_to_sec(m.header.stamp)))
+
+    node.create_subscription(JointState, "/replayed/joint_states", on_joints, SENSOR_QOS)  # the remap took effect
+    node.create_subscription(Bool, "/bag_player/done", lambda m: done.append(m.data), LATCHED_QOS)
+    try:
+        deadline = time.monotonic() + 60
+        while not (done and done[-1]) and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.05)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        player.wait(timeout=30)
+    start = info.start_ns * 1e-9 + offset
+    assert done and done[-1], player.stdout.read()[-2000:]
+    assert clocks[0] == pytest.approx(start, abs=1e-3)  # the clock holds at the start before the first message
+    assert min(t for _, t in joints) >= start - 1e-6  # nothing before the offset was played
+    (w0, s0), (w1, s1) = joints[0], joints[-1]
+    assert (s1 - s0) / (w1 - w0) == pytest.approx(2.0, rel=0.1)  # bag time runs at rate x wall time
+    assert clocks == sorted(clocks)
