@@ -36,7 +36,7 @@ sim-train: setup
 vision-policy: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --out runs/vision/demos.npz --json
 	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision.yaml \
-	  --run-dir runs/vision
+	  --run-dir runs/vision $(ARGS)
 
 demo: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --json
