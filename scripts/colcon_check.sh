@@ -25,7 +25,8 @@ for d in launch config sim; do
 done
 [ -f "$SHARE/package.xml" ] || fail "package.xml not installed"
 [ -f install/diffpolicy_ros/share/ament_index/resource_index/packages/diffpolicy_ros ] || fail "ament index marker missing"
-for exe in diffpolicy sim_bridge camera_node proprio_node instruction_node policy_node chunk_executor trainer_node; do
+for exe in diffpolicy sim_bridge camera_node proprio_node instruction_node policy_node chunk_executor trainer_node \
+  safety_filter bag_player bag_recorder evaluator; do
   [ -x "install/diffpolicy_ros/lib/diffpolicy_ros/$exe" ] || fail "executable $exe not in lib/diffpolicy_ros"
 done
 for g in sim_train real_arm replay_eval; do
