@@ -48,9 +48,13 @@ def test_record_play_record_gives_back_the_same_messages(tmp_path, demo_bag):
         [sys.executable, "-m", "diffpolicy_ros.cli", "record", str(again), "--duration", "25", "--topics", *topics],
         env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    seen = []  # the recorder is up (it logs once at start) before anything is played
+    while not any("recording" in line for line in seen) and recorder.poll() is None:
+        seen.append(recorder.stdout.readline())
+    assert any("recording" in line for line in seen), seen
     player = subprocess.run(
         [sys.executable, "-m", "diffpolicy_ros.nodes.bag_player", "--ros-args", "-p", f"bag:={demo_bag}",
-         "-p", "rate:=4.0", "-p", "delay_s:=4.0"],
+         "-p", "rate:=4.0", "-p", "delay_s:=5.0"],
         env=ENV, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert player.returncode == 0, player.stderr
