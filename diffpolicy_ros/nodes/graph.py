@@ -30,6 +30,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "eval_every": "500",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
         "ppo_env_steps": "200000",  # PPO fine-tuning after BC (0: BC only)
         "ppo_config": "",  # default config/train/push.yaml
+        "demo_episodes": "100",  # expert episodes the trainer records for BC
+        "eval_episodes": "10",  # held-out episodes per trainer evaluation
+        "threads": "1",  # the trainer's torch threads (it shares the CPU with the graph)
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
         "max_speed": str(C.MAX_SPEED),  # safety filter: m/s on the norm of the commanded velocity
         "dry_run": "false",  # safety filter: publish zero, report what would be sent on ~/would_send
@@ -175,6 +178,9 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                     "eval_every": int(a["eval_every"]),
                     "ppo_env_steps": int(a["ppo_env_steps"]),
                     "ppo_config": a["ppo_config"],
+                    "demo_episodes": int(a["demo_episodes"]),
+                    "eval_episodes": int(a["eval_episodes"]),
+                    "torch_threads": int(a["threads"]),
                 },
                 required=False,  # a finished or failed trainer leaves the robot graph running
             ),

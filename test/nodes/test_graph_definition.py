@@ -130,3 +130,9 @@ def test_sim_train_records_when_asked_and_replay_eval_needs_a_bag_and_a_checkpoi
     assert set(replay) == {"bag_player", "camera_top", "camera_side", "proprio_node", "policy_node", "evaluator"}
     assert not replay["bag_player"].required and replay["evaluator"].required  # the evaluator ends the graph
     assert all(replay[n].parameters.get("use_sim_time") for n in replay if n != "bag_player")
+
+
+def test_the_trainers_demos_evaluations_and_threads_are_graph_arguments():
+    trainer = {n.name: n for n in graph("sim_train", {"demo_episodes": "20", "eval_episodes": "5", "threads": "2"})}
+    params = trainer["trainer_node"].parameters
+    assert (params["demo_episodes"], params["eval_episodes"], params["torch_threads"]) == (20, 5, 2)
