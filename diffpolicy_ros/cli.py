@@ -226,8 +226,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    import json as _json
-
     from diffpolicy_ros.nodes.bag_recorder import main as recorder
 
     params = {
@@ -237,7 +235,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         "metadata_version": args.metadata_version,
         "duration_s": float(args.duration),
     }
-    ros_args = [f"{k}:={_json.dumps(v)}" for k, v in params.items()]
+    ros_args = [f"{k}:={json.dumps(v)}" for k, v in params.items()]
     return recorder(["diffpolicy-record", "--ros-args", *[a for p in ros_args for a in ("-p", p)]])
 
 

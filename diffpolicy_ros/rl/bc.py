@@ -155,14 +155,14 @@ def train_bc(
             metrics=metrics,
             data=str(data_path),
         )
-        train_state = {
-            "policy": policy.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "lr_schedule": lr_schedule.state_dict(),
-            "iter": it,
-        }
-        if name == "best.pt":  # deployable: the EMA weights, config and normalizers; resume state only in last.pt
-            train_state = None
+        train_state = None  # best.pt is deployable: the EMA weights, config and normalizers
+        if name != "best.pt":  # last.pt also holds what a resume needs
+            train_state = {
+                "policy": policy.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "lr_schedule": lr_schedule.state_dict(),
+                "iter": it,
+            }
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
         hooks.on_checkpoint(path, metrics)
         return path
