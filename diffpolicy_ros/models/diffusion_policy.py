@@ -8,8 +8,8 @@ likelihood, see its module docstring) and this wrapper, which owns the action no
 - ``sample(cond, ...)``: DDIM sampling (one loop, :meth:`denoise`), optionally returning the whole chain;
 - ``predict_chunk(obs)``: observation dict -> unnormalized chunk in m/s (inference mode);
 - the PPO head interface (:class:`~diffpolicy_ros.models.heads.PolicyHead`): ``explore`` (the fine-tuning
-  sampler, whose record is the denoising chain), ``record_log_prob`` (the chain's log-probability under the
-  current weights), ``record_action``, ``record_shape``.
+  sampler, whose record is the denoising chain), ``record_log_prob`` (the chain's step log-densities under the
+  current weights), ``likelihood_terms``, ``record_action``, ``record_shape``.
 
 The sampler settings (``ddim_steps``, ``eta``, ``min_std``, ``finetune_steps``, ``stochastic``) live in
 :class:`DiffusionPolicyConfig` only; PPO changes them through ``PPOConfig.sampler`` (see ``models/heads.py``).
@@ -30,7 +30,7 @@ from diffpolicy_ros.models.scheduler import (
     DDIMCoefficients,
     NoiseSchedule,
     NoiseScheduleConfig,
-    gaussian_log_prob,
+    gaussian_log_density,
 )
 from diffpolicy_ros.models.unet1d import ConditionalUnet1D, UNetConfig
 
@@ -154,12 +154,33 @@ class DiffusionPolicy(nn.Module):
         return self.action_norm.unnormalize(x)
 
     # ---------------------------------------------------------------- the PPO head interface (models/heads.py)
+    def finetuned_steps(self) -> list[int]:
+        """Indices (into the DDIM steps) of the last K' steps, the ones that carry the PPO likelihood."""
+        steps = self.config.ddim_steps
+        return list(range(steps - min(self.config.finetune_steps, steps), steps))
+
+    def likelihood_terms(self) -> int:
+        return len(self.finetuned_steps())
+
     def explore(
         self, cond: torch.Tensor, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalized chunk, record = the whole chain [B, K+1, H, A]) drawn with the fine-tuning sampler."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(normalized chunk, record = the whole chain [B, K+1, H, A], its log-densities [B, K', H]) drawn with
+        the fine-tuning sampler. The densities come from the drawn noise itself: x_{k+1} = mu_k + std_k z_k,
+        so log N(x_{k+1}; mu_k, std_k) = -z_k^2 / 2 - log std_k - log(2 pi) / 2 — the behaviour policy's own
+        log-probabilities (as CleanRL records them while acting), with no second pass through the U-Net."""
         cfg = self.config
-        return self.sample(cond, cfg.ddim_steps, cfg.eta, cfg.min_std, return_chain=True, generator=generator)
+        steps = cfg.ddim_steps
+        coefs = self.schedule.ddim_coefficients(steps, cfg.eta)
+        stds = coefs.stds(cfg.min_std)
+        x_t, step_noise = self.draw_noise(cond.shape[0], steps, True, generator, cond.device)
+        films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
+        x, chain = self.denoise(x_t, films, coefs, stds, step_noise, return_chain=True)
+        ks = self.finetuned_steps()
+        std = stds[ks].float().view(-1, 1, 1, 1)
+        z = step_noise[ks].float()
+        terms = gaussian_log_density(std * z, torch.zeros_like(z), std).sum(-1)  # [K', B, H]
+        return x, torch.stack(chain, dim=1), terms.transpose(0, 1)
 
     def record_shape(self) -> tuple[int, ...]:
         return (self.config.ddim_steps + 1, self.config.horizon, self.config.action_dim)
@@ -168,28 +189,26 @@ class DiffusionPolicy(nn.Module):
         return record[:, -1].clamp(-1.0, 1.0)
 
     def record_log_prob(
-        self, cond: torch.Tensor, record: torch.Tensor, per_step: bool = False, actions: int | None = None
+        self, cond: torch.Tensor, record: torch.Tensor, steps: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """log pi_theta(chain) [B]: sum of the Gaussian step log-densities of the last K' steps
-        (``per_step``: the K' terms themselves, [B, K']). ``actions``: only the chunk's first ``actions``
-        actions enter the densities (the executed ones; default all). Maths in ``models/scheduler.py``."""
+        """Log-densities of the recorded chain under the current weights, per fine-tuned step and chunk action
+        (summed over the action's dimensions): [B, K', H]. ``steps`` ([B] indices into the K' fine-tuned steps):
+        only that step of each row, [B, 1, H] — one U-Net pass per row (PPO minibatches over (decision,
+        denoising step) pairs). Maths in ``models/scheduler.py``."""
         cfg = self.config
-        steps = cfg.ddim_steps
-        last_k = min(cfg.finetune_steps, steps)
-        coefs = self.schedule.ddim_coefficients(steps, cfg.eta)
-        stds = coefs.stds(cfg.min_std)
-        timesteps = self.schedule.ddim_timesteps(steps)
+        coefs = self.schedule.ddim_coefficients(cfg.ddim_steps, cfg.eta)
+        stds = coefs.stds(cfg.min_std).to(cond.device)
+        timesteps = torch.tensor(self.schedule.ddim_timesteps(cfg.ddim_steps), device=cond.device)
         batch = cond.shape[0]
-        ks = list(range(steps - last_k, steps))
-        # all fine-tuned steps in one batched U-Net call
-        x_t = torch.cat([record[:, k] for k in ks])
-        t = torch.tensor([timesteps[k] for k in ks], device=cond.device).repeat_interleave(batch)
-        eps = self.unet(x_t, t, cond.repeat(len(ks), 1))
-        h = actions or cfg.horizon
-        terms = []
-        for i, k in enumerate(ks):
-            rows = slice(i * batch, (i + 1) * batch)
-            mean = self.schedule.ddim_mean(x_t[rows], eps[rows], coefs, k)[:, :h]
-            terms.append(gaussian_log_prob(record[:, k + 1, :h].float(), mean.float(), stds[k]))  # fp32 under AMP
-        logp = torch.stack(terms, dim=1)
-        return logp if per_step else logp.sum(1)
+        rows = torch.arange(batch, device=cond.device)
+        ks = torch.tensor(self.finetuned_steps(), device=cond.device)
+        if steps is None:  # all fine-tuned steps, in one batched U-Net call (step-major rows)
+            k = ks.repeat_interleave(batch)
+            rows, cond = rows.repeat(len(ks)), cond.repeat(len(ks), 1)
+        else:
+            k = ks[steps]
+        x_t = record[rows, k]
+        mean = self.schedule.ddim_mean(x_t, self.unet(x_t, timesteps[k], cond), coefs, k)
+        # fp32 under AMP
+        terms = gaussian_log_density(record[rows, k + 1].float(), mean.float(), stds[k].view(-1, 1, 1)).sum(-1)
+        return terms.view(-1, batch, cfg.horizon).transpose(0, 1)

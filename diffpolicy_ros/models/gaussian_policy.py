@@ -56,13 +56,16 @@ class GaussianPolicy(nn.Module):
     def std(self) -> torch.Tensor:
         return self.log_std.exp().clamp(min=self.config.min_std)
 
+    def likelihood_terms(self) -> int:
+        return 1  # one Gaussian step
+
     def explore(
         self, cond: torch.Tensor, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalized chunk in [-1, 1], record = the pre-clamp sample [B, H, A])."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(normalized chunk in [-1, 1], record = the pre-clamp sample [B, H, A], its log-densities [B, 1, H])."""
         mean = self.mean(cond).float()
         sample = mean + self.std() * torch.randn(mean.shape, device=mean.device, generator=generator)
-        return sample.clamp(-1.0, 1.0), sample
+        return sample.clamp(-1.0, 1.0), sample, Normal(mean, self.std()).log_prob(sample).sum(-1)[:, None]
 
     def record_shape(self) -> tuple[int, ...]:
         return (self.config.horizon, self.config.action_dim)
@@ -71,10 +74,9 @@ class GaussianPolicy(nn.Module):
         return record.clamp(-1.0, 1.0)
 
     def record_log_prob(
-        self, cond: torch.Tensor, record: torch.Tensor, per_step: bool = False, actions: int | None = None
+        self, cond: torch.Tensor, record: torch.Tensor, steps: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """log N(record; mean, std) [B] over the first ``actions`` actions (``per_step`` has no meaning for a
-        one-step head: the result is [B] either way)."""
-        h = actions or self.config.horizon
-        dist = Normal(self.mean(cond).float()[:, :h], self.std()[:h])
-        return dist.log_prob(record[:, :h].float()).flatten(1).sum(1)
+        """log N(record; mean, std) per chunk action (summed over its dimensions): [B, 1, H]. ``steps`` is the
+        diffusion head's (one term per denoising step); a one-step head has the one term."""
+        dist = Normal(self.mean(cond).float(), self.std())
+        return dist.log_prob(record.float()).sum(-1)[:, None]

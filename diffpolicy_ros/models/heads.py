@@ -4,10 +4,12 @@ head's sampler settings.
 PPO needs from a head only what :class:`PolicyHead` lists, so the trainer, the actor-critic and the
 inference call carry no ``isinstance`` branches:
 
-- ``explore(cond)``: a normalized chunk in [-1, 1] and the *record* needed to score it later (diffusion: the
-  whole denoising chain; Gaussian: the pre-clamp sample);
-- ``record_log_prob(cond, record)``: its log-probability under the current weights ([B], or [B, K'] per
-  fine-tuned denoising step where the head has steps);
+- ``explore(cond)``: a normalized chunk in [-1, 1], the *record* needed to score it later (diffusion: the
+  whole denoising chain; Gaussian: the pre-clamp sample) and the record's log-densities under the sampler;
+- ``record_log_prob(cond, record, steps)``: the record's log-densities under the current weights, one per
+  likelihood term and chunk action, [B, S, H] (S = ``likelihood_terms()``: the fine-tuned denoising steps,
+  or 1), or only the term ``steps`` names per row, [B, 1, H]; the trainer reduces them (actions scored,
+  per-step ratios or the joint one);
 - ``record_action(record)``: the normalized chunk the record stands for;
 - ``record_shape()``: the shape of one record.
 
@@ -38,11 +40,13 @@ class PolicyHead(Protocol):
 
     def explore(
         self, cond: torch.Tensor, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
     def record_log_prob(
-        self, cond: torch.Tensor, record: torch.Tensor, per_step: bool = False, actions: int | None = None
+        self, cond: torch.Tensor, record: torch.Tensor, steps: torch.Tensor | None = None
     ) -> torch.Tensor: ...
+
+    def likelihood_terms(self) -> int: ...
 
     def record_action(self, record: torch.Tensor) -> torch.Tensor: ...
 

@@ -95,12 +95,19 @@ class NoiseSchedule(nn.Module):
             rows.append(torch.stack([ab_t.sqrt(), (1 - ab_t).sqrt(), ab_prev.sqrt(), direction, sigma]))
         return DDIMCoefficients(*torch.stack(rows).unbind(1))
 
-    def ddim_mean(self, x_t: torch.Tensor, eps: torch.Tensor, coefs: DDIMCoefficients, k: int) -> torch.Tensor:
-        """Mean of x_{t'} given x_t and the predicted noise at DDIM step ``k``."""
-        x0 = (x_t - coefs.sqrt_one_minus_alpha_bar[k] * eps) / coefs.sqrt_alpha_bar[k]
+    def ddim_mean(
+        self, x_t: torch.Tensor, eps: torch.Tensor, coefs: DDIMCoefficients, k: int | torch.Tensor
+    ) -> torch.Tensor:
+        """Mean of x_{t'} given x_t and the predicted noise at DDIM step ``k`` (an int, or one step per row of
+        a [B, H, A] batch as a [B] index tensor)."""
+
+        def c(values: torch.Tensor) -> torch.Tensor:
+            return values[k] if isinstance(k, int) else values[k].view(-1, 1, 1)
+
+        x0 = (x_t - c(coefs.sqrt_one_minus_alpha_bar) * eps) / c(coefs.sqrt_alpha_bar)
         if self.config.clip_sample:
             x0 = x0.clamp(-1.0, 1.0)
-        return coefs.sqrt_alpha_bar_prev[k] * x0 + coefs.direction[k] * eps
+        return c(coefs.sqrt_alpha_bar_prev) * x0 + c(coefs.direction) * eps
 
 
 class DDIMCoefficients(NamedTuple):
@@ -122,8 +129,6 @@ class DDIMCoefficients(NamedTuple):
         return torch.stack(list(self), dim=1).float().contiguous()
 
 
-def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Sum over all but the batch dimension of log N(x; mean, std^2) (std broadcastable)."""
-    var = std**2
-    logp = -((x - mean) ** 2) / (2 * var) - torch.log(std) - 0.5 * math.log(2 * math.pi)
-    return logp.flatten(1).sum(1)
+def gaussian_log_density(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mean, std^2) (std broadcastable)."""
+    return -((x - mean) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * math.log(2 * math.pi)

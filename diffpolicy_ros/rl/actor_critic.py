@@ -2,16 +2,19 @@
 
 PPO needs three things from a policy, and they differ by head:
 
-- ``act(obs)``: sample an action chunk (normalized, in [-1, 1]) and the *record* needed to score it later
-  (the head's ``explore``). Diffusion (DPPO): the whole denoising chain [B, K+1, H, A] drawn with ``eta`` > 0
-  and a per-step std of at least ``min_std``. Gaussian: the pre-clamp sample [B, H, A].
-- ``forward(obs, record)``: (log-probability of the record under the current weights, value). Diffusion: the
-  exact Gaussian likelihood of the last K' denoising steps (``DiffusionPolicy.record_log_prob``, maths in
-  ``models/scheduler.py``); Gaussian: the diagonal Normal. ``forward`` is the only training entry point so
-  the agent can be wrapped in ``DistributedDataParallel``.
-
-The heads implement one interface (``models/heads.py``); this module has no head-specific branch.
+- ``act(obs)``: sample an action chunk (normalized, in [-1, 1]), the *record* needed to score it later (the
+  head's ``explore``) and the record's log-probabilities under the sampler. Diffusion (DPPO): the whole
+  denoising chain [B, K+1, H, A] drawn with ``eta`` > 0 and a per-step std of at least ``min_std``, scored
+  from its own step noise. Gaussian: the pre-clamp sample [B, H, A].
+- ``forward(obs, record, terms)``: (log-probability of the record under the current weights, value).
+  Diffusion: the exact Gaussian likelihood of the last K' denoising steps (``DiffusionPolicy.record_log_prob``,
+  maths in ``models/scheduler.py``) — with ``terms`` only one step per row, one U-Net pass; Gaussian: the
+  diagonal Normal. ``forward`` is the only training entry point so the agent can be wrapped in
+  ``DistributedDataParallel``.
 - ``value(obs)``: the critic alone (GAE, bootstrapping).
+
+The heads return log-densities per likelihood term and chunk action ([B, S, H]); :meth:`ActorCritic.reduce`
+is the one place that turns them into PPO's log-probabilities, so the sampler's and the update's agree.
 
 With ``per_step_ratio`` (the default, DPPO's two-layer "denoising MDP") each fine-tuned denoising step is its
 own PPO sample: its ratio is the exact Gaussian density ratio of that step, clipped on its own, and it gets
@@ -64,23 +67,42 @@ class ActorCritic(nn.Module):
     def record_shape(self) -> tuple[int, ...]:
         return self.policy.record_shape()
 
+    def ratio_terms(self) -> int:
+        """PPO samples per decision: one per fine-tuned denoising step with ``per_step_ratio``, else one."""
+        return self.policy.likelihood_terms() if self.per_step_ratio else 1
+
+    def reduce(self, terms: torch.Tensor) -> torch.Tensor:
+        """Head log-densities [B, S, H] -> the PPO log-probabilities [B, ratio_terms()]: the scored actions
+        summed (or averaged per element), then one per step or the joint sum."""
+        logp = terms[:, :, : self.likelihood_actions].sum(2)
+        if self.per_element_log_prob:  # mean over the scored elements instead of the sum
+            logp = logp / (self.likelihood_actions * self.policy.config.action_dim)
+        return logp if self.per_step_ratio else logp.sum(1, keepdim=True)
+
     def _value(self, cond: torch.Tensor) -> torch.Tensor:
         return self.critic(cond.detach() if self.detach_critic_encoder else cond).float()
 
     @torch.no_grad()
-    def act(self, obs: dict, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalized chunk [B, H, A] in [-1, 1], record) for a batch of observations."""
-        return self.policy.explore(self.policy.encoder(obs), generator)
+    def act(
+        self, obs: dict, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(normalized chunk [B, H, A] in [-1, 1], record, its log-probabilities [B, ratio_terms()] under the
+        sampling policy) for a batch of observations."""
+        action, record, terms = self.policy.explore(self.policy.encoder(obs), generator)
+        return action, record, self.reduce(terms)
 
     @torch.no_grad()
     def value(self, obs: dict) -> torch.Tensor:
         return self._value(self.policy.encoder(obs))
 
-    def forward(self, obs: dict, record: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi_theta(record | obs), V(obs) [B]) with gradients. The log-probability is [B], or [B, K']
-        (one term per fine-tuned denoising step) with ``per_step_ratio`` on a head that has steps."""
+    def forward(
+        self, obs: dict, record: torch.Tensor, terms: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log pi_theta(record | obs), V(obs) [B]) with gradients. The log-probability is [B, ratio_terms()];
+        with ``terms`` ([B] indices < ratio_terms()) only that term of each row, [B] — with ``per_step_ratio``
+        the U-Net then runs one denoising step per row, not K'."""
         cond = self.policy.encoder(obs)
-        logp = self.policy.record_log_prob(cond, record, per_step=self.per_step_ratio, actions=self.likelihood_actions)
-        if self.per_element_log_prob:  # mean over the scored elements instead of the sum
-            logp = logp / (self.likelihood_actions * self.policy.config.action_dim)
-        return logp, self._value(cond)
+        if terms is None:
+            return self.reduce(self.policy.record_log_prob(cond, record)), self._value(cond)
+        steps = terms if self.per_step_ratio else None  # the joint ratio needs every step
+        return self.reduce(self.policy.record_log_prob(cond, record, steps))[:, 0], self._value(cond)

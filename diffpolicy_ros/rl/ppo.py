@@ -4,15 +4,21 @@ One iteration reads top to bottom (CleanRL's ``ppo_continuous_action.py`` is the
 
 1. rollout   — every env is reset with seeds derived from (seed, iteration, rank); for ``rollout_steps``
                decisions the agent samples a chunk (diffusion: the whole DDIM chain, eta > 0, per-step std
-               >= min_std) and the vectorized CPU workers execute ``execute_horizon`` of its actions.
-               Observations pile up as numpy; chains stay on the learner's device.
-2. batch     — the rollout moves to the device once; values, old log-probs (last K' denoising steps) and
-               the bootstrap values of truncated episodes are computed in micro-batches; GAE with
-               per-decision discounts gamma**steps_executed (a chunk is one decision).
-3. update    — ``update_epochs`` passes over shuffled minibatches of ``micro_batch * grad_accum`` decisions,
-               gradients accumulated over ``grad_accum`` micro-batches (DDP syncs only the last), clipped
-               surrogate + clipped value loss, grad-norm clipping, separate actor/critic optimizers, actor
-               frozen for the first ``critic_warmup_iters`` iterations. A non-finite loss or gradient is
+               >= min_std) and the vectorized CPU workers execute ``execute_horizon`` of its actions. The
+               sampler also returns the record's log-probabilities (diffusion: from its own step noise), so no
+               second pass scores the rollout. Observations pile up as numpy; chains stay on the device.
+2. batch     — the rollout moves to the device once; values and the bootstrap values of truncated episodes
+               are computed in micro-batches; GAE with per-decision discounts gamma**steps_executed (a chunk is
+               one decision).
+3. update    — PPO samples are (decision, ratio term) pairs: one per fine-tuned denoising step with per-step
+               ratios (DPPO), else one per decision. ``update_epochs`` passes, each over a random
+               ``pair_fraction`` of the pairs in shuffled minibatches of ``micro_batch * grad_accum`` decisions'
+               worth of pairs (DPPO v0.6+), gradients accumulated over ``grad_accum`` micro-batches (DDP syncs
+               only the last). A pair costs one U-Net pass forward and back, so ``pair_fraction`` sets the
+               update's cost. Clipped surrogate with a clip per denoising step (``clip_coef`` at the last,
+               ``clip_coef_first`` at the earliest) and advantages discounted over denoising steps
+               (``gamma_denoising``), clipped value loss, grad-norm clipping, separate actor/critic optimizers,
+               actor frozen for the first ``critic_warmup_iters`` iterations. A non-finite loss or gradient is
                caught before its optimizer step and ends the update there (nothing non-finite is applied).
 4. log / evaluate / checkpoint.
 
@@ -58,6 +64,8 @@ from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
     clipped_policy_loss,
     clipped_value_loss,
+    denoising_clip_schedule,
+    denoising_discounts,
     gae,
     normalize_advantages,
 )
@@ -102,7 +110,15 @@ class PPOConfig:
     update_epochs: int = 4
     micro_batch: int = 256
     grad_accum: int = 4
-    clip_coef: float = 0.2
+    clip_coef: float = 0.2  # per-step ratios: the clip of the last denoising step (the one that makes the action)
+    # DPPO: earlier fine-tuned steps get exponentially tighter clips, down to clip_coef_first at the earliest
+    # (rl/ppo_math.py: denoising_clip_schedule). None: clip_coef for every step.
+    clip_coef_first: float | None = None
+    clip_schedule_rate: float = 3.0
+    gamma_denoising: float = 1.0  # DPPO 0.99: step i of K' gets the advantage times gamma_denoising**(K'-1-i)
+    # Each epoch draws this fraction of the (decision, fine-tuned step) pairs (DPPO v0.6+ minibatches over
+    # pairs). A pair costs one U-Net pass forward and back, so the update's cost scales with it; 1.0 = all.
+    pair_fraction: float = 1.0
     value_clip: float = 1.0  # returns are O(1..10) here; 0.2 would throttle the critic
     vf_coef: float = 0.5
     norm_advantages: bool = True
@@ -146,6 +162,7 @@ def load_ppo_run(path: str | Path | None) -> PPORun:
 class Rollout:
     obs: dict  # numpy [T, N, ...] per key, instruction: list of T tuples
     records: torch.Tensor  # device [T, N, *record]
+    log_probs: torch.Tensor  # device [T, N, ratio terms]: the records' log-probabilities under the sampler
     rewards: np.ndarray  # [T, N] discounted sum of the executed steps' rewards
     discounts: np.ndarray  # [T, N] gamma ** steps executed
     terminated: np.ndarray
@@ -239,6 +256,11 @@ class PPOTrainer:
             # parameters are broadcast from rank 0 here; buffers (normalizers, schedule) never change during
             # an update, so they are not re-broadcast at every forward
             self.model = DistributedDataParallel(self.agent, device_ids=ids, broadcast_buffers=False)
+        # per ratio term (fine-tuned denoising step, earliest first): clip coefficient and advantage weight
+        terms = self.agent.ratio_terms()
+        self.term_clip = denoising_clip_schedule(terms, cfg.clip_coef, cfg.clip_coef_first, cfg.clip_schedule_rate)
+        self.term_clip = self.term_clip.to(self.device)
+        self.term_discount = denoising_discounts(terms, cfg.gamma_denoising).to(self.device)
         self.actor_opt = torch.optim.Adam(self.agent.policy.parameters(), lr=cfg.actor_lr)
         self.critic_opt = torch.optim.Adam(self.agent.critic.parameters(), lr=cfg.critic_lr)
         self.scaler = torch.amp.GradScaler(self.amp.device_type, enabled=self.amp.use_grad_scaler)
@@ -302,6 +324,7 @@ class PPOTrainer:
         obs_buf = {k: np.empty((t_max, n, *v.shape[1:]), v.dtype) for k, v in obs.items() if k != "instruction"}
         obs_buf["instruction"] = []
         records = torch.empty((t_max, n, *self.agent.record_shape()), device=self.device)
+        log_probs = torch.empty((t_max, n, self.agent.ratio_terms()), device=self.device)
         rewards = np.zeros((t_max, n), np.float32)
         discounts = np.zeros((t_max, n), np.float32)
         terminated = np.zeros((t_max, n), bool)
@@ -321,7 +344,7 @@ class PPOTrainer:
                 else:
                     buf[t] = obs[key]
             with self.autocast():
-                action, record = self.agent.act(obs_to_torch(obs, self.device), self.sample_gen)
+                action, record, log_probs[t] = self.agent.act(obs_to_torch(obs, self.device), self.sample_gen)
             records[t] = record
             chunk = self.policy.action_norm.unnormalize(action.float()).cpu().numpy()
             obs, _, term, trunc, info = self.envs.step(chunk)
@@ -349,8 +372,8 @@ class PPOTrainer:
                     if trunc[i]:
                         final_obs.append((t, int(i), info["final_obs"][i]))
         return Rollout(
-            obs_buf, records, rewards, discounts, terminated, truncated, final_obs, obs, ep_returns, ep_successes,
-            env_steps,
+            obs_buf, records, log_probs, rewards, discounts, terminated, truncated, final_obs, obs, ep_returns,
+            ep_successes, env_steps,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ 2. batch: values, old log-probs, GAE
@@ -367,7 +390,8 @@ class PPOTrainer:
         }
         everything["instruction"] = flat["instruction"] + [s for e in extra for s in e["instruction"]]
         obs_all = obs_to_torch(everything, self.device)
-        if self.fit_state_norm and self.iteration == 0:  # from scratch: state statistics of the first rollout
+        refit = self.fit_state_norm and self.iteration == 0
+        if refit:  # from scratch: state statistics of the first rollout
             self.policy.encoder.state_norm.fit(self.policy.encoder.state_vector(obs_all))
             distributed.broadcast_buffers(self.dist, self.policy.encoder.state_norm)  # one normalizer for all ranks
         self.agent.eval()
@@ -382,10 +406,14 @@ class PPOTrainer:
             final_values[t, i] = values_all[b + n + j]
         obs = select(obs_all, torch.arange(b, device=self.device))
         records = ro.records.view(b, *ro.records.shape[2:])
-        with self.autocast():
-            old_logp = torch.cat(
-                [self.agent(select(obs, i), records[i])[0] for i in micro_batches(b, cfg.micro_batch, self.device)]
-            ).float()
+        old_logp = ro.log_probs.view(b, -1).float()  # the sampler's own: exact on fp32, no second pass
+        # recomputed where the sampler's densities are not the update's: under autocast (low-precision means
+        # differ between batches) and after the normalizer was just fitted
+        if self.amp.enabled or refit:
+            with self.autocast():
+                old_logp = torch.cat(
+                    [self.agent(select(obs, i), records[i])[0] for i in micro_batches(b, cfg.micro_batch, self.device)]
+                ).float()
 
         def dev(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(a).to(self.device)
@@ -405,30 +433,35 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ 3. update
     def losses(self, batch: dict, idx: torch.Tensor, advantages: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(policy loss, value loss, stats) for rows ``idx`` of the batch, with gradients."""
+        """(policy loss, value loss, stats) for the (decision, ratio term) pairs ``idx`` of the batch (pair
+        p = decision p // S, term p % S, S ratio terms per decision), with gradients. Every term of a decision
+        shares its advantage, weighted by the denoising discount, and is clipped with its own coefficient."""
         cfg = self.run.train
+        rows, terms = idx // batch["old_logp"].shape[1], idx % batch["old_logp"].shape[1]
         with self.autocast():
-            new_logp, new_values = self.model(select(batch["obs"], idx), batch["records"][idx])
-        adv = advantages[idx]
-        if new_logp.dim() == 2:  # per denoising step: every step of a decision shares its advantage
-            adv = adv[:, None].expand_as(new_logp)
-        policy_loss, stats = clipped_policy_loss(new_logp.float(), batch["old_logp"][idx], adv, cfg.clip_coef)
-        value_loss = clipped_value_loss(new_values, batch["old_values"][idx], batch["returns"][idx], cfg.value_clip)
+            new_logp, new_values = self.model(select(batch["obs"], rows), batch["records"][rows], terms)
+        adv = advantages[rows] * self.term_discount[terms]
+        old_logp = batch["old_logp"].view(-1)[idx]
+        policy_loss, stats = clipped_policy_loss(new_logp.float(), old_logp, adv, self.term_clip[terms])
+        value_loss = clipped_value_loss(new_values, batch["old_values"][rows], batch["returns"][rows], cfg.value_clip)
         return policy_loss, value_loss, stats
 
     def update(self, batch: dict) -> dict:
         """``update_epochs`` passes over shuffled minibatches; stops early at the KL limit or a non-finite step."""
         cfg = self.run.train
-        b = batch["advantages"].shape[0]
         advantages = normalize_advantages(batch["advantages"]) if cfg.norm_advantages else batch["advantages"]
         actor_frozen = self.iteration < cfg.critic_warmup_iters  # critic warm-up: the actor does not step
-        minibatch = cfg.micro_batch * cfg.grad_accum
+        # minibatches over (decision, ratio term) pairs, sized in decisions' worth of pairs (DPPO v0.6+ scales
+        # its batch with K'): at pair_fraction 1 the optimizer steps are as many as over decisions
+        pairs = batch["old_logp"].numel()
+        per_epoch = max(1, round(cfg.pair_fraction * pairs))
+        minibatch = cfg.micro_batch * cfg.grad_accum * batch["old_logp"].shape[1]
         sums: dict[str, torch.Tensor] = {}
         steps = 0
         self.agent.train()
         for _epoch in range(cfg.update_epochs):
-            perm = torch.randperm(b, generator=self.shuffle_gen).to(self.device)
-            for start in range(0, b, minibatch):
+            perm = torch.randperm(pairs, generator=self.shuffle_gen)[:per_epoch].to(self.device)
+            for start in range(0, per_epoch, minibatch):
                 mb_stats = self.minibatch_gradients(batch, perm[start : start + minibatch], advantages)
                 if cfg.target_kl is not None and not actor_frozen and steps > 0:
                     # every rank must take the same decision (DDP): the ranks' mean
@@ -449,7 +482,7 @@ class PPOTrainer:
         cfg = self.run.train
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
-        micro = mb.split(cfg.micro_batch)
+        micro = mb.split(cfg.micro_batch * batch["old_logp"].shape[1])  # a micro-batch of decisions' worth of pairs
         out: dict[str, torch.Tensor] = {"loss": torch.zeros((), device=self.device)}
         for j, idx in enumerate(micro):
             sync = nullcontext() if (j == len(micro) - 1 or not self.dist.enabled) else self.model.no_sync()
@@ -592,6 +625,7 @@ class PPOTrainer:
             )
         start = time.perf_counter()
         rollout_time = update_time = 0.0
+        steps_trained = 0  # by this call (a resumed run counts from its resume)
         metrics: dict = {}
         bar = tqdm(
             total=total, initial=self.iteration, desc=f"ppo {self.spec.kind}", unit="it",
@@ -621,7 +655,9 @@ class PPOTrainer:
                 **{k: float(v) for k, v in stats.items()},
             }
             local = distributed.mean_across_ranks(self.dist, local)
-            self.env_steps += int(round(local.pop("env_steps") * self.dist.world_size))
+            new_steps = int(round(local.pop("env_steps") * self.dist.world_size))
+            self.env_steps += new_steps
+            steps_trained += new_steps
             metrics = {
                 "iteration": self.iteration,
                 "env_steps": self.env_steps,
@@ -648,7 +684,8 @@ class PPOTrainer:
             score = distributed.broadcast_object(self.dist, score)
             if self.dist.is_main:
                 logger.row(metrics)
-                bar.write(_log_line(metrics), file=sys.stderr)
+                ci95 = self.last_eval.get("success_ci95") if metrics["eval_success_rate"] != "" else None
+                bar.write(_log_line(metrics, ci95), file=sys.stderr)
             bar.update(1)
             improved = score > self.best_success
             self.best_success = max(self.best_success, score)
@@ -672,19 +709,24 @@ class PPOTrainer:
             "world_size": self.dist.world_size,
             "ranks_in_sync": ranks_in_sync,
             "learner_overhead_ratio": round((rollout_time + update_time) / max(rollout_time, 1e-9), 2),
+            # rollouts and updates only (evaluations and checkpoints excluded): the training throughput
+            "env_steps_per_s": round(steps_trained / max(rollout_time + update_time, 1e-9), 1),
             "wall_s": round(time.perf_counter() - start, 1),
             "run_dir": str(self.run_dir),
         }
 
 
-def _log_line(m: dict) -> str:
-    """The seed's log line, one per iteration."""
+def _log_line(m: dict, eval_ci95: tuple | None = None) -> str:
+    """The seed's log line, one per iteration; an evaluation adds its success and 95 % interval."""
+    evaluated = ""
+    if m["eval_success_rate"] != "":
+        evaluated = f" (eval {m['eval_success_rate']:.2f}"
+        evaluated += f" [{eval_ci95[0]:.2f}, {eval_ci95[1]:.2f}])" if eval_ci95 else ")"
     return (
         f"iter {m['iteration']:4d} | env_steps {m['env_steps']:8d} | actor_loss {m['actor_loss']:.4f} | "
         f"value_loss {m['value_loss']:.4f} | policy_loss {m['policy_loss']:+.4f} | "
-        f"total_reward {m['episode_return']:.3f} | success_rate {m['success_rate']:.2f}"
-        + (f" (eval {m['eval_success_rate']:.2f})" if m["eval_success_rate"] != "" else "")
-        + f" | step_time {m['rollout_s'] + m['update_s']:.2f}s | env_steps/s {m['env_steps_per_s']:.0f}"
+        f"total_reward {m['episode_return']:.3f} | success_rate {m['success_rate']:.2f}{evaluated}"
+        f" | step_time {m['rollout_s'] + m['update_s']:.2f}s | env_steps/s {m['env_steps_per_s']:.0f}"
     )
 
 

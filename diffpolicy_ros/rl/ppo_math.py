@@ -8,6 +8,8 @@ observation, passed in ``final_values``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -46,10 +48,32 @@ def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (adv - adv.mean()) / (adv.std() + eps)
 
 
+def denoising_clip_schedule(steps: int, clip_last: float, clip_first: float | None, rate: float = 3.0) -> torch.Tensor:
+    """Per fine-tuned denoising step clip coefficients [steps], earliest step first (DPPO).
+
+    The last step (the one that makes the action) gets ``clip_last``; earlier steps get exponentially less,
+    down to ``clip_first`` at the earliest: clip_i = first + (last - first) * (e^{rate t_i} - 1) / (e^rate - 1),
+    t_i = i / (steps - 1). Early steps move the chain's noise, whose effect on the action is amplified by every
+    later step, so they get the tighter trust region. ``clip_first`` None: ``clip_last`` for every step.
+    """
+    if clip_first is None or steps == 1:
+        return torch.full((steps,), float(clip_last))
+    t = torch.arange(steps, dtype=torch.float64) / (steps - 1)
+    ramp = (torch.exp(rate * t) - 1) / (math.exp(rate) - 1) if rate else t
+    return (clip_first + (clip_last - clip_first) * ramp).float()
+
+
+def denoising_discounts(steps: int, gamma_denoising: float) -> torch.Tensor:
+    """Advantage weights per fine-tuned denoising step [steps], earliest first: gamma_denoising ** (steps - 1 - i)
+    (DPPO's discount over the denoising MDP: the last step, which makes the action, keeps the full advantage)."""
+    return gamma_denoising ** torch.arange(steps - 1, -1, -1, dtype=torch.float64).float()
+
+
 def clipped_policy_loss(
-    new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float
+    new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate (to minimize) and diagnostics: ratio mean, clip fraction, approx KL."""
+    """PPO's clipped surrogate (to minimize) and diagnostics: ratio mean, clip fraction, approx KL. ``clip``: one
+    coefficient, or one per sample (broadcast like ``new_logp``)."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     unclipped = ratio * advantages

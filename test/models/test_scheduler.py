@@ -77,8 +77,16 @@ def test_record_log_prob_equals_direct_normal_and_reaches_the_unet():
         policy.config, ddim_steps=steps, eta=eta, min_std=min_std, finetune_steps=last_k
     )
     with torch.no_grad():
-        _, chain = policy.explore(cond)
-    logp = policy.record_log_prob(cond, chain)
+        _, chain, sampled = policy.explore(cond)
+    terms = policy.record_log_prob(cond, chain)  # [B, K', H]
+    assert terms.shape == (5, last_k, policy.config.horizon)
+    # the sampler's own densities (from its noise) are the recomputed ones
+    torch.testing.assert_close(sampled, terms.detach(), rtol=1e-4, atol=1e-3)
+    # one step per row: the same terms, one U-Net pass each
+    per_row = torch.tensor([0, 3, 1, 2, 3])
+    one = policy.record_log_prob(cond, chain, per_row)
+    torch.testing.assert_close(one[:, 0], terms[torch.arange(5), per_row], rtol=1e-5, atol=1e-5)
+    logp = terms.sum((1, 2))
 
     sched, unet = policy.schedule, policy.unet
     coefs = sched.ddim_coefficients(steps, eta)

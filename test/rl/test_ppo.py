@@ -18,7 +18,7 @@ import yaml
 from diffpolicy_ros.config import from_dict
 from diffpolicy_ros.models.checkpoint import load_checkpoint, load_policy
 from diffpolicy_ros.rl.ppo import PPORun, PPOTrainer, latest_checkpoint, load_ppo_run, train_ppo
-from diffpolicy_ros.rl.ppo_math import normalize_advantages
+from diffpolicy_ros.rl.ppo_math import denoising_clip_schedule, normalize_advantages
 from diffpolicy_ros.sim import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def all_params(trainer: PPOTrainer) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
 def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kind):
     trainer, batch = first_batch(tmp_path, kind)
-    everything = torch.arange(batch["advantages"].shape[0])
+    everything = torch.arange(batch["old_logp"].numel())  # every (decision, denoising step) pair
     advantages = normalize_advantages(batch["advantages"])
     policy_loss, value_loss, stats = trainer.losses(batch, everything, advantages)
     new_logp, _ = trainer.agent(batch["obs"], batch["records"])
@@ -86,6 +86,25 @@ def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kin
     assert abs(float(stats["ratio"]) - 1.0) < 1e-5 and float(stats["clip_fraction"]) == 0.0
     assert abs(float(policy_loss.detach())) < 1e-5  # -mean(normalized advantages)
     assert torch.isfinite(value_loss)
+    trainer.envs.close()
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
+def test_the_samplers_log_probs_are_the_update_s_and_pairs_score_one_step(tmp_path, kind):
+    """The old log-probabilities PPO keeps come from the sampler's own noise (no second U-Net pass): they
+    must be what the update computes on the same weights, or the first ratio is not 1. A (decision, step)
+    pair scores only its own step."""
+    trainer, batch = first_batch(tmp_path, kind)
+    obs = {k: v[:12] for k, v in batch["obs"].items()}
+    with torch.no_grad():
+        _, records, sampled = trainer.agent.act(obs, torch.Generator().manual_seed(3))
+        recomputed, _ = trainer.agent(obs, records)
+        assert sampled.shape == recomputed.shape == (12, trainer.agent.ratio_terms())
+        assert torch.allclose(sampled, recomputed, atol=1e-4)
+        terms = torch.arange(12) % trainer.agent.ratio_terms()
+        paired, _ = trainer.agent(obs, records, terms)
+        assert torch.allclose(paired, recomputed[torch.arange(12), terms], atol=1e-5)
     trainer.envs.close()
 
 
@@ -121,12 +140,37 @@ def test_executed_only_likelihood_ignores_the_unexecuted_tail_of_the_chunk(tmp_p
 @pytest.mark.quick
 def test_policy_gradient_reaches_the_denoiser(tmp_path):
     trainer, batch = first_batch(tmp_path)
-    idx = torch.arange(batch["advantages"].shape[0])
-    policy_loss, _, _ = trainer.losses(batch, idx, torch.randn(len(idx)))  # arbitrary advantages
+    idx = torch.arange(batch["old_logp"].numel())
+    policy_loss, _, _ = trainer.losses(batch, idx, torch.randn(batch["advantages"].shape[0]))  # arbitrary advantages
     policy_loss.backward()
     unet_grads = [p.grad for p in trainer.agent.policy.unet.parameters() if p.grad is not None]
     assert unet_grads and sum(float(g.abs().sum()) for g in unet_grads) > 0
     assert all(p.grad is None for p in trainer.agent.critic.parameters())  # the value head is not in it
+    trainer.envs.close()
+
+
+@pytest.mark.quick
+def test_each_epoch_draws_pair_fraction_of_the_pairs_with_per_step_clips_and_discounts(tmp_path):
+    run = tiny_run(pair_fraction=0.25, clip_coef=0.01, clip_coef_first=0.001, gamma_denoising=0.9)
+    trainer = PPOTrainer(run, tmp_path, progress=False)
+    batch = trainer.prepare_batch(trainer.collect_rollout())
+    pairs = batch["old_logp"].numel()
+    assert pairs == 4 * 10 * 3  # 4 envs x 10 decisions x K' = 3 fine-tuned steps
+    drawn: list[torch.Tensor] = []
+    real_losses = trainer.losses
+
+    def recording(batch, idx, advantages):
+        drawn.append(idx.clone())
+        return real_losses(batch, idx, advantages)
+
+    trainer.losses = recording
+    trainer.update(batch)
+    # one minibatch (16 x 2 decisions' worth = 96 pairs) holds an epoch's 30 pairs: one call per epoch
+    assert [len(idx) for idx in drawn] == [30] * run.train.update_epochs
+    assert all(len(set(idx.tolist())) == 30 and int(idx.max()) < pairs for idx in drawn)  # distinct pairs
+    assert len({tuple(sorted(idx.tolist())) for idx in drawn}) > 1  # a new draw every epoch
+    torch.testing.assert_close(trainer.term_clip, denoising_clip_schedule(3, 0.01, 0.001))  # earliest step first
+    torch.testing.assert_close(trainer.term_discount, torch.tensor([0.81, 0.9, 1.0]))
     trainer.envs.close()
 
 
@@ -178,8 +222,8 @@ def test_non_finite_update_is_skipped_and_state_restored(tmp_path):
     before = all_params(trainer)
     real_forward = trainer.agent.forward
 
-    def poisoned(obs, record):
-        logp, value = real_forward(obs, record)
+    def poisoned(obs, record, terms=None):
+        logp, value = real_forward(obs, record, terms)
         return logp * float("nan"), value
 
     trainer.agent.forward = poisoned

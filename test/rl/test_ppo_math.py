@@ -9,6 +9,8 @@ from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
     clipped_policy_loss,
     clipped_value_loss,
+    denoising_clip_schedule,
+    denoising_discounts,
     gae,
     normalize_advantages,
 )
@@ -85,3 +87,32 @@ def test_reward_centering_tracks_the_average_and_round_trips():
     other = RewardCenterer()
     other.load_state_dict(centerer.state_dict())
     assert other.average == centerer.average
+
+
+@pytest.mark.quick
+def test_denoising_clip_schedule_matches_dppo_by_hand():
+    # K' = 5, clip 0.01 at the last step, 0.001 at the earliest, rate 3:
+    # 0.001 + 0.009 * (e^{3 i/4} - 1) / (e^3 - 1), i = 0..4, worked out by hand
+    expected = torch.tensor([0.001, 0.0015267, 0.0026418, 0.0050025, 0.01])
+    torch.testing.assert_close(denoising_clip_schedule(5, 0.01, 0.001, 3.0), expected, rtol=0, atol=1e-7)
+    torch.testing.assert_close(denoising_clip_schedule(3, 0.2, None), torch.full((3,), 0.2))  # no schedule
+    torch.testing.assert_close(denoising_clip_schedule(1, 0.01, 0.001), torch.tensor([0.01]))  # one step: the last
+    torch.testing.assert_close(denoising_clip_schedule(3, 0.01, 0.001, 0.0), torch.tensor([0.001, 0.0055, 0.01]))
+
+
+@pytest.mark.quick
+def test_denoising_discounts_weight_the_last_step_fully():
+    expected = torch.tensor([0.96059601, 0.970299, 0.9801, 0.99, 1.0])  # 0.99 ** (4 - i)
+    torch.testing.assert_close(denoising_discounts(5, 0.99), expected)
+    torch.testing.assert_close(denoising_discounts(4, 1.0), torch.ones(4))
+
+
+@pytest.mark.quick
+def test_per_sample_clip_coefficients_clip_each_sample_at_its_own_range():
+    new = torch.log(torch.tensor([1.5, 1.5, 0.5]))
+    old = torch.zeros(3)
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    loss, stats = clipped_policy_loss(new, old, adv, torch.tensor([0.1, 0.6, 0.2]))
+    # min(1.5, 1.1) = 1.1; min(1.5, 1.5) = 1.5 (inside 1 +- 0.6); min(-0.5, -0.8) = -0.8
+    assert torch.isclose(loss, -torch.tensor((1.1 + 1.5 - 0.8) / 3))
+    assert torch.isclose(stats["clip_fraction"], torch.tensor(2 / 3))
