@@ -17,7 +17,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from diffpolicy_ros.assets import config_file
@@ -40,6 +40,7 @@ STARTS = ("bc", "weak")
 @dataclass(frozen=True)
 class TaskRecipe:
     train_config: str  # config/train/<name>.yaml
+    weak_train_config: str  # the PPO recipe for start "weak"
     policy_configs: dict[str, str]  # kind -> config/policy/<name>.yaml for the BC start
     demos: int
     bc_iters: int  # start "bc"
@@ -49,6 +50,7 @@ class TaskRecipe:
 RECIPES = {
     "point_mass": TaskRecipe(
         "train/point_mass.yaml",
+        "train/point_mass.yaml",
         {"diffusion": "policy/diffusion_point_mass.yaml", "gaussian": "policy/gaussian_point_mass.yaml"},
         demos=10,
         bc_iters=600,  # a deliberately weak start (~30-60 % success) either way
@@ -56,13 +58,14 @@ RECIPES = {
     ),
     "push": TaskRecipe(
         "train/push.yaml",
+        "train/push_weak.yaml",
         {"diffusion": "policy/diffusion_state.yaml", "gaussian": "policy/gaussian_state.yaml"},
         demos=200,
         bc_iters=2000,  # 0.86 on 100 held-out seeds
         weak_bc_iters=600,  # 0.46 (DDIM-10), 0.48 with the fine-tuning sampler (DDIM-5, eta 1)
     ),
 }
-RECIPES["push_two_goals"] = RECIPES["push"]
+RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_two_goals.yaml")
 
 
 def _bc_start(task: str, kind: str, recipe: TaskRecipe, start: str, out_dir: Path, progress: bool) -> str:
@@ -121,7 +124,7 @@ def bench_learn(
             kind, ddim_steps = VARIANTS[variant]
             if kind not in starts:
                 starts[kind] = _bc_start(task, kind, recipe, start, out_dir, progress)
-            run = load_ppo_run(config_file(recipe.train_config))
+            run = load_ppo_run(config_file(recipe.weak_train_config if start == "weak" else recipe.train_config))
             run.task, run.init = task, starts[kind]
             cfg = run.train
             cfg.total_env_steps = total_env_steps

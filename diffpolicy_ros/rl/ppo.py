@@ -144,6 +144,12 @@ class PPOConfig:
     device: str = "auto"
     amp: bool = True  # bf16/fp16 autocast on npu/cuda (off on the CPU)
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.pair_fraction <= 1.0:
+            raise ValueError(f"pair_fraction must be in (0, 1], got {self.pair_fraction}")
+        if self.clip_coef <= 0 or (self.clip_coef_first is not None and self.clip_coef_first <= 0):
+            raise ValueError(f"clip_coef and clip_coef_first must be > 0, got {self.clip_coef}, {self.clip_coef_first}")
+
 
 @dataclass
 class PPORun:
