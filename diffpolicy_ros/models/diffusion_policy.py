@@ -135,12 +135,28 @@ class DiffusionPolicy(nn.Module):
         """
         steps = ddim_steps or self.config.ddim_steps
         eta = self.config.eta if eta is None else eta
-        coefs = self.schedule.ddim_coefficients(steps, eta)
         stochastic = (eta > 0 or bool(min_std)) if noise is None else noise
+        x, chain, _, _ = self._draw_chain(cond, steps, eta, min_std, stochastic, generator, return_chain)
+        return (x, torch.stack(chain, dim=1)) if return_chain else x
+
+    def _draw_chain(
+        self,
+        cond: torch.Tensor,
+        steps: int,
+        eta: float,
+        min_std: float | None,
+        stochastic: bool,
+        generator: torch.Generator | None,
+        return_chain: bool,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, torch.Tensor]:
+        """The one sampling path of ``sample`` and ``explore``: (chunk, chain, the per-step noise drawn, the
+        per-step stds)."""
+        coefs = self.schedule.ddim_coefficients(steps, eta)
+        stds = coefs.stds(min_std)
         x_t, step_noise = self.draw_noise(cond.shape[0], steps, stochastic, generator, cond.device)
         films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
-        x, chain = self.denoise(x_t, films, coefs, coefs.stds(min_std), step_noise, return_chain)
-        return (x, torch.stack(chain, dim=1)) if return_chain else x
+        x, chain = self.denoise(x_t, films, coefs, stds, step_noise, return_chain)
+        return x, chain, step_noise, stds
 
     @torch.inference_mode()
     def predict_chunk(
@@ -170,12 +186,9 @@ class DiffusionPolicy(nn.Module):
         so log N(x_{k+1}; mu_k, std_k) = -z_k^2 / 2 - log std_k - log(2 pi) / 2 — the behaviour policy's own
         log-probabilities (as CleanRL records them while acting), with no second pass through the U-Net."""
         cfg = self.config
-        steps = cfg.ddim_steps
-        coefs = self.schedule.ddim_coefficients(steps, cfg.eta)
-        stds = coefs.stds(cfg.min_std)
-        x_t, step_noise = self.draw_noise(cond.shape[0], steps, True, generator, cond.device)
-        films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
-        x, chain = self.denoise(x_t, films, coefs, stds, step_noise, return_chain=True)
+        x, chain, step_noise, stds = self._draw_chain(
+            cond, cfg.ddim_steps, cfg.eta, cfg.min_std, True, generator, return_chain=True
+        )
         ks = self.finetuned_steps()
         std = stds[ks].float().view(-1, 1, 1, 1)
         z = step_noise[ks].float()
