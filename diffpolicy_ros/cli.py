@@ -298,6 +298,14 @@ def cmd_bench_learn(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_startup(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.ros import bench_startup
+    from diffpolicy_ros.nodes.runner import parse_overrides
+
+    _print_json_or_table(bench_startup(parse_overrides(args.overrides), timeout_s=args.timeout), args.json)
+    return 0
+
+
 def cmd_bench_ros(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.ros import bench_ros
 
@@ -497,9 +505,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter",
     )
     bros.add_argument("--duration", type=float, default=30.0)
-    bros.add_argument("--checkpoint", type=Path, default=None, help="default: a freshly BC-trained state policy")
+    bros.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default (image) policy")
     bros.add_argument("--json", action="store_true")
     bros.set_defaults(func=cmd_bench_ros)
+    bstart = bench_sub.add_parser(
+        "startup",
+        formatter_class=_HelpFormatter,
+        help="make sim-train from nothing: seconds to the first checkpoint and to the arm's first motion",
+    )
+    bstart.add_argument("overrides", nargs="*", metavar="name:=value", help="sim_train arguments")
+    bstart.add_argument("--timeout", type=float, default=600.0)
+    bstart.add_argument("--json", action="store_true")
+    bstart.set_defaults(func=cmd_bench_startup)
     bsafe = bench_sub.add_parser(
         "safety",
         formatter_class=_HelpFormatter,

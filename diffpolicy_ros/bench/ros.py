@@ -1,5 +1,7 @@
 """``diffpolicy bench ros``: run the sim_train graph (without the trainer) and measure, from a separate
-process on loopback, camera stamp -> chunk publish latency, the chunk rate and the executor's jitter."""
+process on loopback, camera stamp -> chunk publish latency, the chunk rate and the executor's jitter.
+``diffpolicy bench startup``: ``make sim-train`` as a new user starts it (the trainer at its defaults, a fresh
+run folder) and the seconds until the first checkpoint is announced and the arm first moves."""
 
 from __future__ import annotations
 
@@ -24,6 +26,62 @@ def untrained_image_checkpoint(path: Path) -> Path:
     return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="bench", obs_mode="image")))
 
 
+def _loopback_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    return env
+
+
+def bench_startup(overrides: dict[str, str] | None = None, timeout_s: float = 600.0) -> dict:
+    """Seconds from launching ``sim_train`` (the trainer recording demonstrations and behaviour-cloning from
+    nothing) to the first announced checkpoint and to the first non-zero twist out of the safety filter."""
+    import rclpy
+    from geometry_msgs.msg import TwistStamped
+    from rclpy.node import Node
+    from std_msgs.msg import String
+
+    from diffpolicy_ros.contract import CHECKPOINT_TOPIC
+    from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS
+    from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+
+    env = _loopback_env()
+    tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_startup_"))
+    overrides = {"run_dir": str(tmp / "run"), **(overrides or {})}
+    log = open(tmp / "graph.log", "w")
+    began = time.monotonic()
+    graph = spawn_graph("sim_train", overrides, env, stdout=log)
+    rclpy.init()
+    node = Node("bench_startup")
+    first: dict[str, float] = {}
+    node.create_subscription(
+        String, CHECKPOINT_TOPIC, lambda m: first.setdefault("checkpoint", time.monotonic() - began), LATCHED_QOS
+    )
+
+    def on_twist(msg: TwistStamped) -> None:
+        v = msg.twist.linear
+        if abs(v.x) + abs(v.y) + abs(v.z) > 1e-4:
+            first.setdefault("motion", time.monotonic() - began)
+
+    node.create_subscription(TwistStamped, "/arm/cmd_twist_safe", on_twist, COMMAND_QOS)
+    try:
+        while "motion" not in first and time.monotonic() - began < timeout_s:
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        stop_graph(graph)
+        log.close()
+    return {
+        "graph_arguments": overrides,
+        "graph_log": log.name,
+        "first_checkpoint_s": round(first["checkpoint"], 1) if "checkpoint" in first else None,
+        "first_motion_s": round(first["motion"], 1) if "motion" in first else None,
+        "timeout_s": timeout_s,
+    }
+
+
 def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s: float = 15.0) -> dict:
     import rclpy
     from geometry_msgs.msg import TwistStamped
@@ -35,10 +93,7 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
     from diffpolicy_ros.nodes.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    env = _loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_ros_"))
     ckpt = checkpoint or untrained_image_checkpoint(tmp / "policy.pt")
     graph = spawn_graph("sim_train", {"checkpoint": str(ckpt), "trainer": "false", "run_dir": str(tmp)}, env)

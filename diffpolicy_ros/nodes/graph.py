@@ -10,13 +10,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diffpolicy_ros import contract as C
+from diffpolicy_ros.assets import config_file
 
 VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
+
+
+@dataclass(frozen=True)
+class TrainerDefaults:
+    """What ``sim_train obs:=...`` trains: the policy config, and a PPO budget that ends within the hour on a
+    2-core CPU (image PPO renders both cameras every step: several times slower than state PPO here)."""
+
+    policy_config: str
+    ppo_env_steps: int
+
+
+OBS_DEFAULTS = {
+    "multimodal": TrainerDefaults("policy/diffusion.yaml", 50_000),  # cameras, proprio, instruction
+    "state": TrainerDefaults("policy/diffusion_state.yaml", 200_000),
+}
 
 ARGUMENTS: dict[str, dict[str, str]] = {
     "sim_train": {
         "device": "auto",
-        "config": "",  # trainer's policy/BC config (default config/policy/diffusion_state.yaml)
+        "obs": "multimodal",  # the trainer's policy: multimodal (cameras, proprio, text) | state (the quick one)
+        "policy_config": "",  # the trainer's policy/BC config (config/policy/*.yaml); overrides obs
         "demos": "",
         "checkpoint": "",  # start the policy from this checkpoint instead of waiting for the trainer
         "ddim_steps": "0",  # 0: the checkpoint's own
@@ -28,7 +45,8 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "executor_rate_hz": "10.0",
         "iters": "2000",
         "eval_every": "500",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
-        "ppo_env_steps": "200000",  # PPO fine-tuning after BC (0: BC only)
+        "first_checkpoint_iter": "50",  # an early, unevaluated BC checkpoint: the arm moves within minutes
+        "ppo_env_steps": "",  # PPO fine-tuning after BC ('': the obs default, 50k multimodal / 200k state; 0: BC only)
         "ppo_config": "",  # default config/train/push.yaml
         "demo_episodes": "100",  # expert episodes the trainer records for BC
         "eval_episodes": "10",  # held-out episodes per trainer evaluation
@@ -92,6 +110,12 @@ def _bool(text: str) -> bool:
     return str(text).lower() in ("1", "true", "yes", "on")
 
 
+def _choice(args: dict[str, str], name: str, choices: dict) -> str:
+    if args[name] not in choices:
+        raise ValueError(f"argument {name}: {args[name]!r} is not one of {sorted(choices)}")
+    return args[name]
+
+
 def _point(text: str, name: str) -> list[float]:
     """'[x, y, z]' or 'x,y,z' -> three floats (an error names the argument)."""
     parts = [p for p in str(text).strip().strip("[]").replace(",", " ").split() if p]
@@ -136,7 +160,8 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
     unknown = set(overrides or {}) - set(ARGUMENTS[name])
     if unknown:
         raise ValueError(f"unknown argument(s) for {name}: {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
-    a = {**ARGUMENTS[name], **load_arguments(name, (overrides or {}).get("config", "")), **(overrides or {})}
+    arguments_file = (overrides or {}).get("config", "")  # only graphs with a 'config' argument (real_arm)
+    a = {**ARGUMENTS[name], **load_arguments(name, arguments_file), **(overrides or {})}
     if a.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
         a["checkpoint"] = str(Path(a["checkpoint"]).expanduser().resolve())
     policy = NodeSpec(
@@ -148,6 +173,7 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
     proprio = NodeSpec("proprio_node", "proprio_node")
 
     if name == "sim_train":
+        trainer = OBS_DEFAULTS[_choice(a, "obs", OBS_DEFAULTS)]
         sim_time = {"use_sim_time": True}
         rtf = float(a["real_time_factor"])
         nodes = [
@@ -169,14 +195,15 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                 "trainer_node",
                 "trainer_node",
                 {
-                    "config": a["config"],
+                    "config": a["policy_config"] or str(config_file(trainer.policy_config)),
                     "demos": a["demos"],
                     "device": a["device"],
                     "run_dir": a["run_dir"],
                     "task": a["task"],
                     "iters": int(a["iters"]),
                     "eval_every": int(a["eval_every"]),
-                    "ppo_env_steps": int(a["ppo_env_steps"]),
+                    "first_checkpoint_iter": int(a["first_checkpoint_iter"]),
+                    "ppo_env_steps": int(a["ppo_env_steps"] or trainer.ppo_env_steps),
                     "ppo_config": a["ppo_config"],
                     "demo_episodes": int(a["demo_episodes"]),
                     "eval_episodes": int(a["eval_episodes"]),

@@ -30,7 +30,7 @@ from diffpolicy_ros.runs import new_run_dir
 class TrainerNode(Node):
     def __init__(self):
         super().__init__("trainer_node")
-        self.declare_parameter("config", "")  # default: config/policy/diffusion_state.yaml
+        self.declare_parameter("config", "")  # default: config/policy/diffusion.yaml (cameras, proprio, text)
         self.declare_parameter("demos", "")  # a dataset; empty: record demo_episodes with the expert
         self.declare_parameter("demo_episodes", 100)
         self.declare_parameter("task", "push")
@@ -38,6 +38,7 @@ class TrainerNode(Node):
         self.declare_parameter("device", "auto")
         self.declare_parameter("iters", 2000)
         self.declare_parameter("eval_every", 500)  # BC iterations between evaluations (each writes a checkpoint)
+        self.declare_parameter("first_checkpoint_iter", 50)  # an early, unevaluated one: the arm moves soon
         self.declare_parameter("eval_episodes", 10)
         self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
         self.declare_parameter("ppo_env_steps", 200_000)  # 0: BC only
@@ -54,6 +55,7 @@ class TrainerNode(Node):
                 "device",
                 "iters",
                 "eval_every",
+                "first_checkpoint_iter",
                 "eval_episodes",
                 "ppo_config",
                 "ppo_env_steps",
@@ -65,10 +67,11 @@ class TrainerNode(Node):
         from diffpolicy_ros.rl.ppo import load_ppo_run
 
         self.run_dir = Path(g["run_dir"] or new_run_dir("sim_train"))
-        self.run = load_bc_run(g["config"] or config_file("policy/diffusion_state.yaml"))
+        self.run = load_bc_run(g["config"] or config_file("policy/diffusion.yaml"))
         self.run.train.device = g["device"]
         self.run.train.iters = int(g["iters"])
         self.run.train.eval_every = int(g["eval_every"])
+        self.run.train.first_checkpoint_iter = int(g["first_checkpoint_iter"])
         self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
         self.ppo = load_ppo_run(g["ppo_config"] or config_file("train/push.yaml"))
         self.ppo.task = g["task"]
@@ -77,8 +80,8 @@ class TrainerNode(Node):
         self.ppo.train.n_envs = int(g["ppo_envs"])
         self.ppo.train.eval_episodes = int(g["eval_episodes"])
         self.params = g
-        for name, minimum in (("demo_episodes", 1), ("iters", 1), ("eval_every", 1), ("eval_episodes", 1),
-                              ("ppo_env_steps", 0), ("ppo_envs", 1)):  # fmt: skip
+        for name, minimum in (("demo_episodes", 1), ("iters", 1), ("eval_every", 1), ("first_checkpoint_iter", 0),
+                              ("eval_episodes", 1), ("ppo_env_steps", 0), ("ppo_envs", 1)):  # fmt: skip
             if int(g[name]) < minimum:
                 raise ParameterError(f"trainer_node: parameter '{name}' = {g[name]!r}: must be >= {minimum}")
         checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
@@ -109,7 +112,8 @@ class TrainerNode(Node):
             if not demos:
                 self.status = "recording demonstrations"
                 demos = self.run_dir / "demos.npz"
-                run_demos(self.params["task"], int(self.params["demo_episodes"]), seed=0, out=demos, progress=False)
+                episodes, obs_mode = int(self.params["demo_episodes"]), self.run.obs_mode()  # images if it reads them
+                run_demos(self.params["task"], episodes, seed=0, obs_mode=obs_mode, out=demos, progress=False)
             self.status = "training (BC)"
             result = train_bc(self.run, demos, self.run_dir / "bc", progress=False, hooks=self.hooks)
             success = result["final_eval"].get("success_rate", "n/a")

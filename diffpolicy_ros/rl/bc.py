@@ -41,6 +41,9 @@ class BCConfig:
     grad_clip: float = 1.0
     image_shift: int = 4  # px of random-shift augmentation (DrQ-style) on camera images
     eval_every: int = 1000
+    # one unevaluated checkpoint this early (0: none): a running graph (sim_train) moves within minutes
+    # instead of waiting for the first evaluation
+    first_checkpoint_iter: int = 0
     eval_episodes: int = 20
     final_eval_episodes: int = 50
     execute_horizon: int = EXECUTE_HORIZON  # actions of each chunk executed before re-planning
@@ -57,6 +60,10 @@ class BCConfig:
 class BCRun:
     policy: dict = field(default_factory=dict)  # a PolicySpec as a dict
     train: BCConfig = field(default_factory=BCConfig)
+
+    def obs_mode(self) -> str:
+        """The observations the policy reads, so the demonstrations it needs: "image" or "state"."""
+        return "image" if policy_spec(self.policy).active().fusion.use_images else "state"
 
 
 def chunk_targets(dataset: EpisodeDataset, horizon: int) -> np.ndarray:
@@ -206,7 +213,7 @@ def train_bc(
         losses.append(loss.item())
         hooks.progress.update(iter=it + 1, iters_total=cfg.iters)
 
-        if hooks.save_now.is_set():
+        if hooks.save_now.is_set() or it + 1 == cfg.first_checkpoint_iter:
             hooks.save_now.clear()
             checkpoint("last.pt", it + 1, last_eval)
         if (it + 1) % cfg.log_every == 0:

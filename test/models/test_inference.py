@@ -85,8 +85,17 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
 
     def call(weights=lay.weights, convs=lay.convs, norms=lay.norms, films=films):
         loop.kernel.unet_ddim(
-            torch.zeros(1, 16, 3), films, loop.coefs, loop.stds, torch.zeros(0), weights, loop.dims, convs, norms,
-            True, False,
+            torch.zeros(1, 16, 3),
+            films,
+            loop.coefs,
+            loop.stds,
+            torch.zeros(0),
+            weights,
+            loop.dims,
+            convs,
+            norms,
+            True,
+            False,
         )
 
     with pytest.raises(RuntimeError, match="weight"):

@@ -115,6 +115,7 @@ def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag):
     node = Node("player_probe")
     clocks, joints, done = [], [], []
     node.create_subscription(Clock, "/clock", lambda m: clocks.append(stamp_to_sec(m.clock)), CLOCK_QOS)
+
     def on_joints(m: JointState) -> None:
         joints.append((time.monotonic(), stamp_to_sec(m.header.stamp)))
 

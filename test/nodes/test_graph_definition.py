@@ -54,7 +54,7 @@ def test_real_arm_sends_only_the_filtered_twist_to_servo_and_has_no_sim():
     assert flt.parameters["box_low"] == [0.3, -0.2, 0.05] and flt.parameters["box_high"] == [0.7, 0.2, 0.3]
     assert flt.parameters["require_box"] and flt.parameters["dry_run"]  # a new cell starts in dry run
     assert nodes["camera_top"].parameters["device"] == "0"
-    assert "device:=\"0\"" in ros_args(nodes["camera_top"])  # a string parameter, not the integer 0
+    assert 'device:="0"' in ros_args(nodes["camera_top"])  # a string parameter, not the integer 0
 
 
 def test_real_arm_without_a_box_gives_the_filter_none_and_a_bad_box_is_an_error():
@@ -117,7 +117,7 @@ def test_ros_args_encode_types_and_empty_strings():
     spec = graph("sim_train", {"ddim_steps": "20"})[5]
     args = ros_args(spec)
     assert args[:3] == ["--ros-args", "-r", "__node:=policy_node"]
-    assert "ddim_steps:=20" in args and "checkpoint:=\"\"" in args and "use_sim_time:=true" in args
+    assert "ddim_steps:=20" in args and 'checkpoint:=""' in args and "use_sim_time:=true" in args
 
 
 def test_sim_train_records_when_asked_and_replay_eval_needs_a_bag_and_a_checkpoint(tmp_path):
@@ -136,3 +136,18 @@ def test_the_trainers_demos_evaluations_and_threads_are_graph_arguments():
     trainer = {n.name: n for n in graph("sim_train", {"demo_episodes": "20", "eval_episodes": "5", "threads": "2"})}
     params = trainer["trainer_node"].parameters
     assert (params["demo_episodes"], params["eval_episodes"], params["torch_threads"]) == (20, 5, 2)
+
+
+def test_sim_train_trains_the_multimodal_policy_unless_asked_for_state(tmp_path):
+    def trainer(**overrides: str) -> tuple[str, int]:
+        params = {n.name: n for n in graph("sim_train", overrides)}["trainer_node"].parameters
+        return params["config"], params["ppo_env_steps"]
+
+    config, ppo_env_steps = trainer()
+    assert config.endswith("config/policy/diffusion.yaml") and ppo_env_steps == 50_000  # cameras, proprio, text
+    config, ppo_env_steps = trainer(obs="state")
+    assert config.endswith("config/policy/diffusion_state.yaml") and ppo_env_steps == 200_000
+    mine = str(tmp_path / "mine.yaml")
+    assert trainer(obs="state", policy_config=mine, ppo_env_steps="0") == (mine, 0)
+    with pytest.raises(ValueError, match="argument obs: 'rgb' is not one of"):
+        graph("sim_train", {"obs": "rgb"})

@@ -67,6 +67,26 @@ def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
     assert any((tmp_path / "run" / "tb").iterdir())
 
 
+def test_an_early_checkpoint_is_announced_before_the_first_evaluation(demos, tmp_path):
+    from diffpolicy_ros.rl.hooks import TrainHooks
+
+    announced: list[tuple[int, dict]] = []
+    hooks = TrainHooks()
+    hooks.on_checkpoint = lambda path, metrics: announced.append((load_checkpoint(path).get("train_state"), metrics))
+    run = BCRun(
+        policy=TINY_POLICY,
+        train=BCConfig(
+            iters=6, batch_size=8, eval_every=6, first_checkpoint_iter=2, final_eval_episodes=1, device="cpu"
+        ),
+    )
+    train_bc(run, demos, tmp_path / "run", progress=False, hooks=hooks)
+    train_state, metrics = announced[0]
+    assert train_state["iter"] == 2 and metrics == {}  # early and unevaluated: what a running graph loads first
+    assert [state and state["iter"] for state, _ in announced[1:]] == [6, None]  # then last.pt, best.pt at 6
+    assert BCRun(policy=TINY_POLICY).obs_mode() == "state"
+    assert BCRun(policy={"kind": "diffusion"}).obs_mode() == "image"  # the default policy reads the cameras
+
+
 def test_eval_cli_reports_success_and_modes(demos, tmp_path, run_cli):
     run = BCRun(
         policy=TINY_POLICY,
