@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM
+from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, PROPRIO_SLICES, WORKSPACE_HIGH, WORKSPACE_LOW
 from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, mlp
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
@@ -35,6 +35,10 @@ class FusionConfig:
     # False: only the joint-state slots of proprio reach the model (no privileged block / goal pose): what a
     # real cell can feed; the block and the goal must then be seen in the images
     use_task_state: bool = True
+    # with use_task_state false: weight of an auxiliary BC loss that predicts the block and goal xy from the
+    # fused representation (privileged labels from the sim or the demonstrations, never an input), so the
+    # image encoder is taught where they are instead of finding it through the action loss alone; 0: off
+    aux_task_state_weight: float = 0.0
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
 
 
@@ -83,6 +87,21 @@ class MultimodalEncoder(nn.Module):
         )
         self.transformer = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.out_norm = nn.LayerNorm(cfg.dim)
+        self.aux_task_state = None
+        if cfg.aux_task_state_weight > 0 and not cfg.use_task_state:
+            self.aux_task_state = mlp([cfg.dim, cfg.dim, 4])  # block xy, goal xy
+
+    def auxiliary_loss(self, obs: dict, cond: torch.Tensor) -> torch.Tensor:
+        """The weighted auxiliary task-state loss of a BC step (0 when off): MSE of the predicted block and goal
+        xy, both scaled to [-1, 1] over the workspace."""
+        if self.aux_task_state is None:
+            return cond.new_zeros(())
+        low, high = (torch.tensor(b[:2], device=cond.device).repeat(2) for b in (WORKSPACE_LOW, WORKSPACE_HIGH))
+        proprio = obs["proprio"].float()
+        target = torch.cat([proprio[..., PROPRIO_SLICES["object_xy"]], proprio[..., PROPRIO_SLICES["goal_xy"]]], -1)
+        target = 2 * (target - low) / (high - low) - 1
+        loss = nn.functional.mse_loss(self.aux_task_state(cond.float()), target)
+        return self.config.aux_task_state_weight * loss
 
     def state_vector(self, obs: dict) -> torch.Tensor:
         """The state the model reads: proprio (+ the goals of the two-goal task), or the joint state only."""

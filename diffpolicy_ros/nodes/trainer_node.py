@@ -124,6 +124,10 @@ class TrainerNode(Node):
                 self.last_iter = 0  # PPO iterations count from 0 again
                 result = train_ppo(self.ppo, self.run_dir / "ppo", progress=False, hooks=self.hooks)
                 success = result["final_eval"].get("success_rate", "n/a")
+            if self.hooks.stop.is_set():  # shut down mid-run: what was learned is saved, nothing was evaluated
+                self.status = "stopped"
+                self.get_logger().info(f"training stopped; last checkpoints in {self.run_dir}")
+                return
             self.status = f"done: success {success}"
             self.get_logger().info(f"training finished: final success {success}; checkpoints in {self.run_dir}")
         except Exception as exc:  # report, keep the node (and the graph) up
