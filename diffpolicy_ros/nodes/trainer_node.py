@@ -1,9 +1,11 @@
 """trainer_node: the trainer beside the graph — BC pre-training, then PPO fine-tuning (same code as
 ``diffpolicy train-bc`` and ``diffpolicy train-ppo``).
 
-It records expert demonstrations in its own sim (unless given a dataset), behaviour-clones the policy, then
-fine-tunes it with PPO in its own vectorized CPU sim workers (``ppo_env_steps`` > 0), and announces every
-checkpoint on ``/trainer/checkpoint`` (latched) so the policy node hot-reloads it. Services ``~/pause``,
+It records expert demonstrations in its own sim (unless given a dataset; with both cameras when the policy
+reads them), behaviour-clones the policy, then fine-tunes it with PPO in its own vectorized CPU sim workers
+(``ppo_env_steps`` > 0). On ``/trainer/checkpoint`` (latched) it announces an early unevaluated BC checkpoint
+(``first_checkpoint_iter``: the arm moves within minutes), then each one whose evaluation beats every one
+announced before, so the policy node hot-reloads only better policies. Services ``~/pause``,
 ``~/resume``, ``~/save``; progress on ``/diagnostics``. Training runs in its own thread; callbacks only flip
 events.
 """
@@ -93,6 +95,7 @@ class TrainerNode(Node):
         self.diag = Diagnostics(self)
         self.hooks = TrainHooks()
         self.hooks.on_checkpoint = self.announce
+        self.gate = BetterCheckpoints()
         self.status = "starting"
         self.ticks, self.last_iter = 0, 0
         self.create_service(Trigger, "~/pause", self.on_pause)
@@ -135,9 +138,11 @@ class TrainerNode(Node):
             self.get_logger().error(f"training failed: {exc}")
 
     def announce(self, path: Path, metrics: dict) -> None:
-        if path.name != "best.pt" and rclpy.ok():  # best.pt repeats one just announced; not while shutting down
+        # best.pt repeats one just announced; nothing while shutting down
+        if path.name != "best.pt" and rclpy.ok() and self.gate.admit(metrics):
             self.pub.publish(String(data=str(path.resolve())))
-            self.get_logger().info(f"checkpoint {path} (eval success {metrics.get('success_rate', 'n/a')})")
+            score = f"{self.gate.best:.2f}" if self.gate.best >= 0 else "not evaluated yet"
+            self.get_logger().info(f"checkpoint {path} for the policy (eval success {score})")
 
     def on_pause(self, request, response):
         self.hooks.running.clear()
@@ -174,6 +179,27 @@ class TrainerNode(Node):
         self.hooks.stop.set()
         self.hooks.running.set()
         self.thread.join(timeout=10)
+
+
+class BetterCheckpoints:
+    """Which checkpoints the robot is given: the first one (an early BC checkpoint, unevaluated: something to
+    run), then only those whose evaluation beats every one given before — through BC and PPO alike, so a
+    worse PPO iteration never replaces a better policy on the arm."""
+
+    def __init__(self):
+        self.best = -1.0
+        self.given = 0
+
+    def admit(self, metrics: dict) -> bool:
+        # PPO rows carry the rollout's success and, when evaluated, eval_success_rate; BC's metrics are its eval
+        score = metrics.get("eval_success_rate", metrics.get("success_rate"))
+        evaluated = isinstance(score, (int, float))
+        if self.given and not (evaluated and score > self.best):
+            return False
+        self.given += 1
+        if evaluated:
+            self.best = float(score)
+        return True
 
 
 def progress_line(progress: dict, iters_per_s: float) -> str:

@@ -17,3 +17,17 @@ def test_progress_line_shows_the_interval_throughput_and_eta():
     assert "ETA 3 min" in line  # 90 iterations at 0.5 it/s
     bc = progress_line({"iter": 5, "iters_total": 2000, "loss": 0.25, "success_rate": -1.0}, iters_per_s=0.0)
     assert "loss 0.2500" in bc and "success" not in bc and "ETA" not in bc  # no evaluation yet, no rate yet
+
+
+def test_the_robot_gets_the_first_checkpoint_then_only_better_evaluated_ones():
+    from diffpolicy_ros.nodes.trainer_node import BetterCheckpoints
+
+    gate = BetterCheckpoints()
+    assert gate.admit({})  # the early, unevaluated BC checkpoint: something to run
+    assert not gate.admit({})  # a second unevaluated one (a ~/save) does not replace it
+    assert gate.admit({"success_rate": 0.4})  # BC evaluations
+    assert not gate.admit({"success_rate": 0.4}) and gate.admit({"success_rate": 0.7})
+    # PPO rows: the rollout's success does not count, only an evaluation that beats BC's best
+    assert not gate.admit({"success_rate": 0.9, "eval_success_rate": ""})
+    assert not gate.admit({"success_rate": 0.5, "eval_success_rate": 0.6})
+    assert gate.admit({"success_rate": 0.5, "eval_success_rate": 0.8}) and gate.best == 0.8
