@@ -43,7 +43,7 @@ class TrainerNode(Node):
         self.declare_parameter("first_checkpoint_iter", 50)  # an early, unevaluated one: the arm moves soon
         self.declare_parameter("eval_episodes", 10)
         self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
-        self.declare_parameter("ppo_env_steps", 200_000)  # 0: BC only
+        self.declare_parameter("ppo_env_steps", 50_000)  # 0: BC only (the graph sizes it by obs)
         self.declare_parameter("ppo_envs", 4)  # sim workers for PPO rollouts (they share the CPU with the graph)
         self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
         g = {
