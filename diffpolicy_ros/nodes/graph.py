@@ -190,6 +190,9 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                 # the deadman runs on the steady clock: a slowed-down sim sends commands further apart
                 command_timeout_s=0.25 / min(rtf, 1.0),
                 pose_timeout_s=0.25 / min(rtf, 1.0),
+                # the sim publishes a step's data before its /clock tick: a pose can arrive stamped one control
+                # period ahead of the filter's sim clock (0.1 s, rejected by the default 0.05 s tolerance)
+                future_tolerance_s=C.CONTROL_PERIOD_S + 0.05,
             ),
             NodeSpec(
                 "trainer_node",
