@@ -25,14 +25,17 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.contract import CHECKPOINT_TOPIC
 from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, ParameterError, checked_device, run_node
+from diffpolicy_ros.nodes.graph import OBS_DEFAULTS
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.runs import new_run_dir
+
+DEFAULTS = OBS_DEFAULTS["multimodal"]  # what the node trains when not told, as sim_train's default obs
 
 
 class TrainerNode(Node):
     def __init__(self):
         super().__init__("trainer_node")
-        self.declare_parameter("config", "")  # default: config/policy/diffusion.yaml (cameras, proprio, text)
+        self.declare_parameter("config", "")  # default: the multimodal policy (cameras, proprio, text)
         self.declare_parameter("demos", "")  # a dataset; empty: record demo_episodes with the expert
         self.declare_parameter("demo_episodes", 100)
         self.declare_parameter("task", "push")
@@ -43,7 +46,7 @@ class TrainerNode(Node):
         self.declare_parameter("first_checkpoint_iter", 50)  # an early, unevaluated one: the arm moves soon
         self.declare_parameter("eval_episodes", 10)
         self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
-        self.declare_parameter("ppo_env_steps", 50_000)  # 0: BC only (the graph sizes it by obs)
+        self.declare_parameter("ppo_env_steps", DEFAULTS.ppo_env_steps)  # 0: BC only (the graph sizes it by obs)
         self.declare_parameter("ppo_envs", 4)  # sim workers for PPO rollouts (they share the CPU with the graph)
         self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
         g = {
@@ -69,7 +72,7 @@ class TrainerNode(Node):
         from diffpolicy_ros.rl.ppo import load_ppo_run
 
         self.run_dir = Path(g["run_dir"] or new_run_dir("sim_train"))
-        self.run = load_bc_run(g["config"] or config_file("policy/diffusion.yaml"))
+        self.run = load_bc_run(g["config"] or config_file(DEFAULTS.policy_config))
         self.run.train.device = g["device"]
         self.run.train.iters = int(g["iters"])
         self.run.train.eval_every = int(g["eval_every"])

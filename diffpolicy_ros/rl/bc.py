@@ -127,7 +127,7 @@ def train_bc(
     fusion.proprio_dim = dataset.obs["proprio"].shape[1]  # the task defines the shapes, not the policy YAML
     fusion.extra_state_dim = 4 if "goals" in dataset.obs else 0
     spec.active().action_dim = dataset.action.shape[1]
-    obs_mode = "image" if fusion.use_images else "state"
+    obs_mode = run.obs_mode()
     if fusion.use_images and "image_top" not in dataset.obs:
         raise ValueError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
     horizon = spec.active().horizon
