@@ -84,7 +84,9 @@ def test_replay_eval_report_agrees_with_offline_eval_bag(tmp_path, demo_bag):
     assert abs(replay["chunks"] - offline["chunks"]) <= 4, (replay["chunks"], offline["chunks"])
     for k in (0, 3, 15):
         assert abs(replay["mae_by_step"][k] - offline["mae_by_step"][k]) < 0.005, k
-    assert abs(replay["coverage"] - offline["coverage"]) < 0.03
+    # a live tick that fires one /clock step late (CPU load) leaves the command on its window's edge uncovered:
+    # CI measured 3 of 88 (0.034); 0.06 allows ~5, while a missed episode or a wrong execute horizon costs > 0.3
+    assert abs(replay["coverage"] - offline["coverage"]) < 0.06
     assert (out / "actions.png").exists() and (out / "error_by_step.png").exists()
 
 
