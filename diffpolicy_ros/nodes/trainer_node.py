@@ -206,14 +206,17 @@ class BetterCheckpoints:
 
 
 def progress_line(progress: dict, iters_per_s: float) -> str:
-    """One console line: iteration of total, loss, the last evaluation with its 95 % interval, env steps/s, ETA."""
+    """One console line: iteration of total, loss, the last evaluation with its 95 % interval, PPO's rollout
+    success (a handful of episodes: noisy), env steps/s, ETA."""
     it, total = progress.get("iter", 0), progress.get("iters_total", 0)
     parts = [f"iter {it}/{total}" if total else f"iter {it}"]
     if "loss" in progress:
         parts.append(f"loss {progress['loss']:.4f}")
     success, ci = progress.get("success_rate", -1.0), progress.get("success_ci95") or ()
     if success >= 0:
-        parts.append(f"success {success:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if len(ci) == 2 else ""))
+        parts.append(f"eval success {success:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if len(ci) == 2 else ""))
+    if "rollout_success_rate" in progress:
+        parts.append(f"rollout {progress['rollout_success_rate']:.2f}")
     if "env_steps_per_s" in progress:
         parts.append(f"{progress['env_steps']} env steps, {progress['env_steps_per_s']:.0f}/s")
     parts.append(f"{iters_per_s:.2f} it/s")

@@ -219,17 +219,14 @@ def train_bc(
             checkpoint("last.pt", it + 1, last_eval)
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
-            hooks.progress.update(
-                loss=mean_loss,
-                success_rate=last_eval.get("success_rate", -1.0),
-                success_ci95=last_eval.get("success_ci95", ()),
-            )
+            hooks.progress.update(loss=mean_loss)
             logger.scalars({"loss": mean_loss, "lr": lr_schedule.get_last_lr()[0]}, it + 1)
             bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
         is_last = it + 1 == cfg.iters
         if (it + 1) % cfg.eval_every == 0 or is_last:
             last_eval = evaluate(cfg.final_eval_episodes if is_last else cfg.eval_episodes)
             last_eval.pop("per_episode")
+            hooks.progress.update(success_rate=last_eval["success_rate"], success_ci95=last_eval["success_ci95"])
             logger.row(
                 {
                     "iter": it + 1,

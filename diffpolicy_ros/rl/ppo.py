@@ -677,7 +677,7 @@ class PPOTrainer:
             self.hooks.progress.update(
                 iter=self.iteration,
                 iters_total=total,
-                success_rate=metrics["success_rate"],
+                rollout_success_rate=metrics["success_rate"],  # this iteration's episodes; success_rate: evaluations
                 env_steps=self.env_steps,
                 env_steps_per_s=metrics["env_steps_per_s"],
             )

@@ -11,9 +11,10 @@ def test_progress_line_shows_the_interval_throughput_and_eta():
     from diffpolicy_ros.nodes.trainer_node import progress_line
 
     ppo = {"iter": 10, "iters_total": 100, "success_rate": 0.5, "success_ci95": (0.3, 0.7), "env_steps": 3200,
-           "env_steps_per_s": 110.0}  # fmt: skip
+           "env_steps_per_s": 110.0, "rollout_success_rate": 0.75}  # fmt: skip
     line = progress_line(ppo, iters_per_s=0.5)
-    assert "iter 10/100" in line and "success 0.50 [0.30, 0.70]" in line and "110/s" in line
+    assert "iter 10/100" in line and "eval success 0.50 [0.30, 0.70]" in line and "110/s" in line
+    assert "rollout 0.75" in line  # the iteration's own episodes, apart from the evaluation and its interval
     assert "ETA 3 min" in line  # 90 iterations at 0.5 it/s
     bc = progress_line({"iter": 5, "iters_total": 2000, "loss": 0.25, "success_rate": -1.0}, iters_per_s=0.0)
     assert "loss 0.2500" in bc and "success" not in bc and "ETA" not in bc  # no evaluation yet, no rate yet

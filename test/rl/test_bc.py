@@ -72,7 +72,13 @@ def test_an_early_checkpoint_is_announced_before_the_first_evaluation(demos, tmp
 
     announced: list[tuple[int, dict]] = []
     hooks = TrainHooks()
-    hooks.on_checkpoint = lambda path, metrics: announced.append((load_checkpoint(path).get("train_state"), metrics))
+    shown: list[float] = []  # the progress line's evaluation when each checkpoint is announced
+
+    def on_checkpoint(path, metrics):
+        announced.append((load_checkpoint(path).get("train_state"), metrics))
+        shown.append(hooks.progress.get("success_rate", -1.0))
+
+    hooks.on_checkpoint = on_checkpoint
     run = BCRun(
         policy=TINY_POLICY,
         train=BCConfig(
@@ -80,6 +86,7 @@ def test_an_early_checkpoint_is_announced_before_the_first_evaluation(demos, tmp
         ),
     )
     train_bc(run, demos, tmp_path / "run", progress=False, hooks=hooks)
+    assert shown[0] == -1.0 and shown[1] == announced[1][1]["success_rate"]  # the new evaluation, at once
     train_state, metrics = announced[0]
     assert train_state["iter"] == 2 and metrics == {}  # early and unevaluated: what a running graph loads first
     assert [state and state["iter"] for state, _ in announced[1:]] == [6, None]  # then last.pt, best.pt at 6
