@@ -107,6 +107,11 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if rclpy.ok():
+            raise
+        # Ctrl-C / SIGTERM shut the context down while a callback was publishing ("publisher's context is
+        # invalid"): a clean stop, not a crash to print
     except SystemExit as exc:  # a node that has finished its job (a recorder's duration)
         return int(exc.code or 0)
     finally:
