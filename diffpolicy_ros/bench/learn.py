@@ -5,7 +5,8 @@ given BC checkpoints), then fine-tune each variant with PPO from its BC start, e
 (diffusion: the fine-tuned stochastic chain; Gaussian: its mean) on held-out seeds along the way.
 
 ``start``: ``bc`` trains the BC start to convergence; ``weak`` stops it early (DPPO's practice: a start with
-room to improve; push: 600 of 2000 iterations on the same 200 demos, 0.41-0.50 success). Variants:
+room to improve; push: the small diffusion policy on 50 demos stopped at 1100 iterations, ~0.5 success, then
+``train/push_weak.yaml``). Variants:
 ``diffusion`` (the train config's sampler), ``diffusion_ddim10`` / ``diffusion_ddim20`` (that many DDIM
 steps), ``gaussian``. Long (tens of minutes per variant on 2 CPU cores); not in CI.
 """
@@ -38,31 +39,40 @@ STARTS = ("bc", "weak")
 
 
 @dataclass(frozen=True)
+class BCStart:
+    policy_config: str  # config/policy/<name>.yaml
+    iters: int
+
+
+@dataclass(frozen=True)
 class TaskRecipe:
     train_config: str  # config/train/<name>.yaml
-    weak_train_config: str  # the PPO recipe for start "weak"
-    policy_configs: dict[str, str]  # kind -> config/policy/<name>.yaml for the BC start
+    bc: dict[str, BCStart]  # start "bc": policy kind -> its BC start
     demos: int
-    bc_iters: int  # start "bc"
-    weak_bc_iters: int  # start "weak": the same demos, trained for fewer iterations
+    weak_train_config: str  # start "weak": the PPO recipe,
+    weak: dict[str, BCStart]  # its BC starts
+    weak_demos: int  # and the demos they clone
 
 
+_POINT_MASS_BC = {  # a deliberately weak start (~30-60 % success) either way
+    "diffusion": BCStart("policy/diffusion_point_mass.yaml", 600),
+    "gaussian": BCStart("policy/gaussian_point_mass.yaml", 600),
+}
 RECIPES = {
-    "point_mass": TaskRecipe(
-        "train/point_mass.yaml",
-        "train/point_mass.yaml",
-        {"diffusion": "policy/diffusion_point_mass.yaml", "gaussian": "policy/gaussian_point_mass.yaml"},
-        demos=10,
-        bc_iters=600,  # a deliberately weak start (~30-60 % success) either way
-        weak_bc_iters=600,
-    ),
+    "point_mass": TaskRecipe("train/point_mass.yaml", _POINT_MASS_BC, 10, "train/point_mass.yaml", _POINT_MASS_BC, 10),
     "push": TaskRecipe(
         "train/push.yaml",
-        "train/push_weak.yaml",
-        {"diffusion": "policy/diffusion_state.yaml", "gaussian": "policy/gaussian_state.yaml"},
+        {  # 200 demos: diffusion 0.86 on 100 held-out seeds
+            "diffusion": BCStart("policy/diffusion_state.yaml", 2000),
+            "gaussian": BCStart("policy/gaussian_state.yaml", 2000),
+        },
         demos=200,
-        bc_iters=2000,  # 0.86 on 100 held-out seeds
-        weak_bc_iters=600,  # 0.46 (DDIM-10), 0.48 with the fine-tuning sampler (DDIM-5, eta 1)
+        weak_train_config="train/push_weak.yaml",
+        weak={  # 50 demos: the small diffusion policy 0.46-0.51 on 100 held-out seeds (docs/experiments.md)
+            "diffusion": BCStart("policy/diffusion_state_small.yaml", 1100),
+            "gaussian": BCStart("policy/gaussian_state.yaml", 600),
+        },
+        weak_demos=50,
     ),
 }
 RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_two_goals.yaml")
@@ -71,17 +81,17 @@ RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_tw
 def _bc_start(task: str, kind: str, recipe: TaskRecipe, start: str, out_dir: Path, progress: bool) -> str:
     """The BC checkpoint a variant starts from; one already finished in ``out_dir`` is reused, so re-running
     the benchmark with more variants does not retrain it."""
-    iters = recipe.weak_bc_iters if start == "weak" else recipe.bc_iters
+    bc, demos = (recipe.weak[kind], recipe.weak_demos) if start == "weak" else (recipe.bc[kind], recipe.demos)
     folder = out_dir / task / (f"bc_{kind}_weak" if start == "weak" else f"bc_{kind}")
     done = folder / "checkpoints" / "last.pt"
-    if done.exists() and load_checkpoint(done)["train_state"]["iter"] == iters:
+    if done.exists() and load_checkpoint(done)["train_state"]["iter"] == bc.iters:
         return str(done)
-    data = out_dir / task / "demos.npz"
+    data = out_dir / task / f"demos_{demos}.npz"
     if not data.exists():
-        run_demos(task, recipe.demos, seed=0, out=data, progress=progress)
-    run = load_bc_run(config_file(recipe.policy_configs[kind]))
-    run.train.iters = iters
-    run.train.eval_every = iters
+        run_demos(task, demos, seed=0, out=data, progress=progress)
+    run = load_bc_run(config_file(bc.policy_config))
+    run.train.iters = bc.iters
+    run.train.eval_every = bc.iters
     return train_bc(run, data, folder, progress=progress)["checkpoint"]
 
 
