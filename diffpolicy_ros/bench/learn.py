@@ -59,7 +59,14 @@ _POINT_MASS_BC = {  # a deliberately weak start (~30-60 % success) either way
     "gaussian": BCStart("policy/gaussian_point_mass.yaml", 600),
 }
 RECIPES = {
-    "point_mass": TaskRecipe("train/point_mass.yaml", _POINT_MASS_BC, 10, "train/point_mass.yaml", _POINT_MASS_BC, 10),
+    "point_mass": TaskRecipe(
+        "train/point_mass.yaml",
+        _POINT_MASS_BC,
+        demos=10,
+        weak_train_config="train/point_mass.yaml",
+        weak=_POINT_MASS_BC,
+        weak_demos=10,
+    ),
     "push": TaskRecipe(
         "train/push.yaml",
         {  # 200 demos: diffusion 0.86 on 100 held-out seeds

@@ -46,7 +46,7 @@ def bench_policy(
     if not isinstance(policy, DiffusionPolicy):
         raise ValueError("bench policy measures the diffusion policy; the checkpoint holds another kind")
     fusion = policy.config.fusion
-    env = make_env("push", obs_mode="image" if fusion.use_images else "state")
+    env = make_env("push", obs_mode=fusion.obs_mode())
     obs, _ = env.reset(seed=0)
     batch32 = {k: np.stack([v] * 32) for k, v in obs.items() if k != "instruction"}
     batch32["instruction"] = [obs["instruction"]] * 32

@@ -41,6 +41,10 @@ class FusionConfig:
     aux_task_state_weight: float = 0.0
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
 
+    def obs_mode(self) -> str:
+        """The sim observations this encoder reads (so the demos and envs it needs): "image" or "state"."""
+        return "image" if self.use_images else "state"
+
 
 class AttentionPool2d(nn.Module):
     """Learned queries attend over the positions of a feature map: [B, C, h, w] -> [B, Q, D]."""

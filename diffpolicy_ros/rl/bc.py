@@ -63,7 +63,7 @@ class BCRun:
 
     def obs_mode(self) -> str:
         """The observations the policy reads, so the demonstrations it needs: "image" or "state"."""
-        return "image" if policy_spec(self.policy).active().fusion.use_images else "state"
+        return policy_spec(self.policy).active().fusion.obs_mode()
 
 
 def chunk_targets(dataset: EpisodeDataset, horizon: int) -> np.ndarray:

@@ -233,8 +233,7 @@ class PPOTrainer:
         # the fine-tuning sampler; the policy deploys (and is evaluated) as exactly this stochastic sampler
         self.policy.config = apply_sampler(self.policy.config, to_dict(cfg.sampler))
         setattr(self.spec, self.spec.kind, self.policy.config)  # what checkpoints store
-        fusion = self.spec.active().fusion
-        self.obs_mode = "image" if fusion.use_images else "state"
+        self.obs_mode = self.spec.active().fusion.obs_mode()
         self.horizon = self.spec.active().horizon
         self.envs = make_vec_env(
             run.task,
