@@ -28,7 +28,8 @@ lint: setup
 # The main job: the sim_train ROS 2 graph (sim bridge, cameras, proprio, instruction, policy at 10 Hz,
 # chunk executor, safety filter, trainer of the multimodal policy) on this machine, one process per node; the
 # run goes to runs/sim_train-<timestamp>/. Ctrl-C stops the whole graph.
-# Arguments: make sim-train ARGS="device:=cuda iters:=5000" (obs:=state: the quick state-only policy).
+# Arguments: make sim-train ARGS="device:=cuda iters:=5000" (obs:=state: the quick state-only policy;
+# start:=weak: PPO improving a weak BC start, ~1 h).
 sim-train: setup
 	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
 

@@ -151,7 +151,8 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         from diffpolicy_ros.bags.dataset import dataset_from_bags
         from diffpolicy_ros.models.factory import policy_spec
 
-        task_state = policy_spec(run.policy).active().fusion.use_task_state
+        fusion = policy_spec(run.policy).active().fusion
+        task_state = fusion.use_task_state or fusion.aux_task_state_weight > 0  # inputs, or the auxiliary labels
         data, summary = dataset_from_bags(
             data, run.train.bag_topics, run.train.bag_command_topic, task_state, warn=_warn
         )

@@ -119,11 +119,42 @@ class ImageEncoder(nn.Module):
             self.backbones.requires_grad_(False)
 
     def forward(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        feats = []
-        for i, cam in enumerate(self.cameras):
-            x = images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0  # uint8 HWC -> [-1, 1] CHW
-            feats.append(self.backbones[0 if self.config.shared else i](x))
-        return feats
+        return [self.backbones[0 if self.config.shared else i](x) for i, x in enumerate(self.normalized(images))]
+
+    def normalized(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """uint8 [B, H, W, 3] per camera -> float [B, 3, H, W] in [-1, 1], in camera order."""
+        return [images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0 for cam in self.cameras]
+
+
+class KeypointCNN(nn.Module):
+    """Image [B, 3, H, W] in [-1, 1] -> K keypoints [B, 2K] (x, y in [-1, 1]): a small CNN at 1/4 resolution and
+    a spatial soft-argmax (Levine et al. 2016; robomimic's keypoint pooling). A coordinate is an expectation
+    over the 32x32 map, so it is finer than a cell: what a position estimate needs, where pooled tokens of an
+    8x8 map reached ~1 cm on push.
+    """
+
+    def __init__(self, keypoints: int = 16, channels: int = 32):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, channels // 2, 3, stride=2, padding=1),
+            _gn(channels // 2),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels // 2, channels, 3, stride=2, padding=1),
+            _gn(channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            _gn(channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, keypoints, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.net(x)  # [B, K, h, w]
+        b, k, h, w = logits.shape
+        attention = torch.softmax(logits.flatten(2).float(), dim=-1).view(b, k, h, w)
+        ys = torch.linspace(-1, 1, h, device=x.device)
+        xs = torch.linspace(-1, 1, w, device=x.device)
+        return torch.cat([(attention.sum(2) * xs).sum(-1), (attention.sum(3) * ys).sum(-1)], dim=-1)
 
 
 class HashedTextEncoder(nn.Module):

@@ -17,22 +17,47 @@ VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make
 
 @dataclass(frozen=True)
 class TrainerDefaults:
-    """What ``sim_train obs:=...`` trains: the policy config, and a PPO budget that ends within the hour on a
-    2-core CPU (image PPO renders both cameras every step: several times slower than state PPO here)."""
+    """What the ``sim_train`` trainer runs when not told: the policy config and BC length, the demos, and a PPO
+    budget that ends within the hour on a 2-core CPU (image PPO renders both cameras every step: several times
+    slower than state PPO here)."""
 
     policy_config: str
     ppo_env_steps: int
+    iters: int = 2000
+    eval_every: int = 500
+    demo_episodes: int = 100
+    eval_episodes: int = 10
+    ppo_config: str = "train/push.yaml"
+    ppo_envs: int = 4
 
 
 OBS_DEFAULTS = {
     "multimodal": TrainerDefaults("policy/diffusion.yaml", 50_000),  # cameras, proprio, instruction
     "state": TrainerDefaults("policy/diffusion_state.yaml", 200_000),
 }
+# start:=weak: DPPO's practice of fine-tuning an early BC start (few demos, BC stopped early: ~0.5 success), so
+# PPO has room to show its gain; the push recipe of `diffpolicy bench learn --start weak` (docs/experiments.md),
+# run by the graph's trainer: the small state-only policy, 32 PPO workers to 300k env steps, 100 evaluation
+# episodes per point
+WEAK_START = TrainerDefaults(
+    "policy/diffusion_state_small.yaml",
+    307_200,
+    iters=1100,
+    eval_every=1100,
+    demo_episodes=50,
+    eval_episodes=100,
+    ppo_config="train/push_weak.yaml",
+    ppo_envs=32,
+)
+STARTS = ("full", "weak")
 
 ARGUMENTS: dict[str, dict[str, str]] = {
     "sim_train": {
         "device": "auto",
         "obs": "multimodal",  # the trainer's policy: multimodal (cameras, proprio, text) | state (the quick one)
+        # full: BC to the end, then PPO | weak: watch PPO improve a weak start (the small state-only policy, BC
+        # stopped early on 50 demos, then PPO to 300k env steps; ~1 h here; replaces obs)
+        "start": "full",
         "policy_config": "",  # the trainer's policy/BC config (config/policy/*.yaml); overrides obs
         "demos": "",
         "checkpoint": "",  # start the policy from this checkpoint instead of waiting for the trainer
@@ -43,13 +68,15 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "seed": "0",  # episode i of the sim uses seed + i
         "real_time_factor": "1.0",
         "executor_rate_hz": "10.0",
-        "iters": "2000",
-        "eval_every": "500",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
+        # '' below: the trainer recipe's value (obs, start; TrainerDefaults)
+        "iters": "",  # BC iterations (2000; weak start 1100)
+        "eval_every": "",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
         "first_checkpoint_iter": "50",  # an early, unevaluated BC checkpoint: the arm moves within minutes
-        "ppo_env_steps": "",  # PPO fine-tuning after BC ('': the obs default, 50k multimodal / 200k state; 0: BC only)
-        "ppo_config": "",  # default config/train/push.yaml
-        "demo_episodes": "100",  # expert episodes the trainer records for BC
-        "eval_episodes": "10",  # held-out episodes per trainer evaluation
+        "ppo_env_steps": "",  # PPO after BC: 50k multimodal / 200k state / 300k weak start; 0: BC only
+        "ppo_config": "",  # config/train/push.yaml (weak start: push_weak.yaml)
+        "ppo_envs": "",  # the trainer's PPO sim workers (4; weak start 32)
+        "demo_episodes": "",  # expert episodes the trainer records for BC (100; weak start 50)
+        "eval_episodes": "",  # held-out episodes per trainer evaluation (10; weak start 100)
         "threads": "1",  # the trainer's torch threads (it shares the CPU with the graph)
         "trainer": "true",  # false: the robot graph only (benchmarks, a fixed checkpoint)
         "max_speed": str(C.MAX_SPEED),  # safety filter: m/s on the norm of the commanded velocity
@@ -174,6 +201,12 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
 
     if name == "sim_train":
         trainer = OBS_DEFAULTS[_choice(a, "obs", OBS_DEFAULTS)]
+        if _choice(a, "start", dict.fromkeys(STARTS)) == "weak":
+            trainer = WEAK_START
+
+        def recipe(key: str) -> int:  # a trainer argument, or the recipe's value when not given
+            return int(a[key] or getattr(trainer, key))
+
         sim_time = {"use_sim_time": True}
         rtf = float(a["real_time_factor"])
         nodes = [
@@ -203,13 +236,14 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                     "device": a["device"],
                     "run_dir": a["run_dir"],
                     "task": a["task"],
-                    "iters": int(a["iters"]),
-                    "eval_every": int(a["eval_every"]),
+                    "iters": recipe("iters"),
+                    "eval_every": recipe("eval_every"),
                     "first_checkpoint_iter": int(a["first_checkpoint_iter"]),
-                    "ppo_env_steps": int(a["ppo_env_steps"] or trainer.ppo_env_steps),
-                    "ppo_config": a["ppo_config"],
-                    "demo_episodes": int(a["demo_episodes"]),
-                    "eval_episodes": int(a["eval_episodes"]),
+                    "ppo_env_steps": recipe("ppo_env_steps"),
+                    "ppo_config": a["ppo_config"] or str(config_file(trainer.ppo_config)),
+                    "ppo_envs": recipe("ppo_envs"),
+                    "demo_episodes": recipe("demo_episodes"),
+                    "eval_episodes": recipe("eval_episodes"),
                     "torch_threads": int(a["threads"]),
                 },
                 required=False,  # a finished or failed trainer leaves the robot graph running

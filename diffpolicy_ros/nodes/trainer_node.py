@@ -37,17 +37,17 @@ class TrainerNode(Node):
         super().__init__("trainer_node")
         self.declare_parameter("config", "")  # default: the multimodal policy (cameras, proprio, text)
         self.declare_parameter("demos", "")  # a dataset; empty: record demo_episodes with the expert
-        self.declare_parameter("demo_episodes", 100)
+        self.declare_parameter("demo_episodes", DEFAULTS.demo_episodes)
         self.declare_parameter("task", "push")
         self.declare_parameter("run_dir", "")
         self.declare_parameter("device", "auto")
-        self.declare_parameter("iters", 2000)
-        self.declare_parameter("eval_every", 500)  # BC iterations between evaluations (each writes a checkpoint)
+        self.declare_parameter("iters", DEFAULTS.iters)
+        self.declare_parameter("eval_every", DEFAULTS.eval_every)  # BC iterations between evaluations (+ checkpoint)
         self.declare_parameter("first_checkpoint_iter", 50)  # an early, unevaluated one: the arm moves soon
-        self.declare_parameter("eval_episodes", 10)
-        self.declare_parameter("ppo_config", "")  # default: config/train/push.yaml
+        self.declare_parameter("eval_episodes", DEFAULTS.eval_episodes)
+        self.declare_parameter("ppo_config", "")  # default: DEFAULTS.ppo_config
         self.declare_parameter("ppo_env_steps", DEFAULTS.ppo_env_steps)  # 0: BC only (the graph sizes it by obs)
-        self.declare_parameter("ppo_envs", 4)  # sim workers for PPO rollouts (they share the CPU with the graph)
+        self.declare_parameter("ppo_envs", DEFAULTS.ppo_envs)  # PPO sim workers (they share the CPU with the graph)
         self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
         g = {
             n: self.get_parameter(n).value
@@ -78,7 +78,7 @@ class TrainerNode(Node):
         self.run.train.eval_every = int(g["eval_every"])
         self.run.train.first_checkpoint_iter = int(g["first_checkpoint_iter"])
         self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
-        self.ppo = load_ppo_run(g["ppo_config"] or config_file("train/push.yaml"))
+        self.ppo = load_ppo_run(g["ppo_config"] or config_file(DEFAULTS.ppo_config))
         self.ppo.task = g["task"]
         self.ppo.train.device = g["device"]
         self.ppo.train.total_env_steps = int(g["ppo_env_steps"])

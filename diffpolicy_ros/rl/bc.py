@@ -203,8 +203,8 @@ def train_bc(
             if cam in obs:
                 obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
         actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
-        cond = policy.encoder(obs)
-        loss = policy.bc_loss(obs, actions, cond) + policy.encoder.auxiliary_loss(obs, cond)
+        cond, task_state_prediction = policy.encoder.features(obs)
+        loss = policy.bc_loss(obs, actions, cond) + policy.encoder.auxiliary_loss(obs, task_state_prediction)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)

@@ -138,3 +138,30 @@ def test_eval_bag_scores_a_trained_policy_far_better_than_an_untrained_one(tmp_p
     assert (tmp_path / "report" / "report.json").exists() and (tmp_path / "report" / "actions.png").exists()
     again = evaluate_bag(demo_bag, trained, samples=2)  # deterministic for a seed
     assert again["mae_by_step"] == good["mae_by_step"] and again["best_of_n_mae"] == good["best_of_n_mae"]
+
+
+@pytest.mark.slow
+def test_train_bc_gives_a_vision_policy_the_bags_block_and_goal_poses_as_labels(tmp_path, demo_bag):
+    """The vision policy reads no block or goal pose, but its estimator learns from them: `train-bc` on bags
+    reads /task/object_pose and /task/goal_pose for it (its state normalizer is fitted on them)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from diffpolicy_ros.models.checkpoint import load_checkpoint
+
+    repo = Path(__file__).resolve().parents[2]
+    args = ["train-bc", "--data", demo_bag, "--config", repo / "config/policy/diffusion_vision.yaml", "--iters", "2",
+            "--eval-every", "2", "--final-eval-episodes", "1", "--run-dir", tmp_path / "r", "--json"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-m", "diffpolicy_ros.cli", *map(str, args)], env=env, timeout=300,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    model = load_checkpoint(next((tmp_path / "r").glob("*/checkpoints/last.pt")))["model"]
+    dataset, _ = dataset_from_bags(demo_bag)
+    task_state = slice(C.PROPRIO_SLICES["object_xy"].start, C.PROPRIO_SLICES["goal_xy"].stop)
+    fitted = model["encoder.state_norm.mean"][task_state].numpy()
+    np.testing.assert_allclose(fitted, dataset.obs["proprio"][:, task_state].mean(0), atol=1e-5)
+    assert np.all(fitted[[0, 2]] > 0.3)  # block and goal x: real positions, not the zeros of a pose never read
+    assert np.all(model["encoder.state_norm.std"][task_state].numpy() > 0.01)

@@ -1,4 +1,5 @@
-"""The multimodal encoder's auxiliary task-state loss (vision policies: block and goal xy as BC labels only)."""
+"""The multimodal encoder's auxiliary task-state loss and estimate (vision policies: block and goal xy as BC labels
+only, never an input)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from diffpolicy_ros.contract import PROPRIO_DIM, WORKSPACE_HIGH, WORKSPACE_LOW
+from diffpolicy_ros.models.encoders import KeypointCNN
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
 
 pytestmark = pytest.mark.quick
@@ -24,10 +26,10 @@ def test_auxiliary_loss_targets_block_and_goal_scaled_to_the_workspace():
     enc = MultimodalEncoder(cfg)
     low, high = WORKSPACE_LOW[:2], WORKSPACE_HIGH[:2]
     obs = _obs(3, low, high)  # block at the workspace's low corner (-1, -1), goal at the high one (1, 1)
-    cond = enc(obs)
     for p in enc.aux_task_state.parameters():  # a head that predicts 0: the loss is the mean squared target
         torch.nn.init.zeros_(p)
-    assert enc.auxiliary_loss(obs, cond).item() == pytest.approx(2.0 * 1.0)
+    cond, prediction = enc.features(obs)
+    assert enc.auxiliary_loss(obs, prediction).item() == pytest.approx(2.0 * 1.0)
     # the block is never an input: the prediction cannot read it, so the encoder must learn it from the images
     moved = _obs(3, high, low)
     assert torch.equal(enc(moved), cond)
@@ -41,4 +43,64 @@ def test_auxiliary_loss_is_off_by_default_and_with_task_state_as_input():
         enc = MultimodalEncoder(cfg)
         assert enc.aux_task_state is None
         obs = _obs(2, (0.5, 0.0), (0.6, 0.1))
-        assert enc.auxiliary_loss(obs, enc(obs)).item() == 0.0
+        assert enc.auxiliary_loss(obs, enc.features(obs)[1]).item() == 0.0
+
+
+def _estimating_encoder() -> MultimodalEncoder:
+    torch.manual_seed(0)
+    cfg = FusionConfig(
+        dim=32, heads=2, layers=1, use_text=False, use_task_state=False, aux_task_state_weight=1.0,
+        estimate_task_state=True,
+    )  # fmt: skip
+    return MultimodalEncoder(cfg)
+
+
+def test_estimated_block_and_goal_fill_the_state_token_in_metres():
+    enc = _estimating_encoder()
+    last = enc.aux_task_state[-1]
+    torch.nn.init.zeros_(last.weight)
+    with torch.no_grad():
+        last.bias.copy_(torch.tensor([-1.0, 1.0, 0.0, 0.5]))  # workspace units: corners, centre, 3/4
+    seen = {}
+    enc.proprio.register_forward_hook(lambda m, inputs, out: seen.update(state=inputs[0]))
+    obs = _obs(2, (0.5, 0.0), (0.6, 0.1))
+    obs["proprio"][:, 0] = 0.3  # a joint position: passed through as read
+    enc(obs)
+    (lx, ly), (hx, hy) = WORKSPACE_LOW[:2], WORKSPACE_HIGH[:2]
+    expected = torch.tensor([lx, hy, (lx + hx) / 2, ly + 0.75 * (hy - ly)])
+    assert seen["state"].shape == (2, PROPRIO_DIM)  # the state policy's layout (the normalizer is the identity)
+    assert torch.allclose(seen["state"][:, -4:], expected.expand(2, 4), atol=1e-6)
+    assert torch.all(seen["state"][:, 0] == 0.3)
+
+
+def test_estimating_encoder_never_reads_the_true_block_and_goal_and_its_estimate_learns_from_its_loss_only():
+    enc = _estimating_encoder()
+    obs = _obs(2, WORKSPACE_LOW[:2], WORKSPACE_HIGH[:2])
+    cond, prediction = enc.features(obs)
+    moved = _obs(2, WORKSPACE_HIGH[:2], WORKSPACE_LOW[:2])
+    assert torch.equal(enc(moved), cond)
+    cond.square().sum().backward(retain_graph=True)  # an action loss: it trains the encoder but not the estimate's head
+    assert all(p.grad is None or not p.grad.any() for p in enc.aux_task_state.parameters())
+    assert any(p.grad is not None and p.grad.any() for p in enc.images.parameters())
+    enc.zero_grad()
+    enc.auxiliary_loss(obs, prediction).backward()  # the auxiliary loss does, through the image path
+    assert all(p.grad is not None and p.grad.any() for p in enc.aux_task_state.parameters())
+
+
+def test_estimate_task_state_needs_its_loss():
+    with pytest.raises(ValueError, match="aux_task_state_weight"):
+        MultimodalEncoder(FusionConfig(use_text=False, use_task_state=False, estimate_task_state=True))
+
+
+def test_keypoint_soft_argmax_returns_the_expected_image_coordinates():
+    kp = KeypointCNN(keypoints=2)
+    kp.net = torch.nn.Identity()  # feed the logits directly: [B, K, h, w]
+    logits = torch.zeros(1, 2, 32, 32)
+    logits[0, 0, 8, 24] = 50.0  # keypoint 0: one sharp peak at row 8, column 24
+    grid = torch.linspace(-1, 1, 32)
+    out = kp(logits)  # [x0, x1, y0, y1]
+    assert out[0, 0].item() == pytest.approx(grid[24].item(), abs=1e-4)
+    assert out[0, 2].item() == pytest.approx(grid[8].item(), abs=1e-4)
+    assert out[0, 1].item() == pytest.approx(0.0, abs=1e-6) and out[0, 3].item() == pytest.approx(0.0, abs=1e-6)
+    logits[0, 0, 8, 25] = 50.0  # two equal peaks: the expectation lies between them, finer than a cell
+    assert kp(logits)[0, 0].item() == pytest.approx((grid[24] + grid[25]).item() / 2, abs=1e-4)

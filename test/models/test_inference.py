@@ -34,13 +34,17 @@ def test_fast_resolves_to_the_native_kernel_on_cpu():
     assert ChunkPredictor(DiffusionPolicy().eval(), "cpu").backend == "native"
 
 
+VISION_ESTIMATE = FusionConfig(use_task_state=False, aux_task_state_weight=1.0, estimate_task_state=True)
+
+
 @pytest.mark.quick
+@pytest.mark.parametrize("fusion", [FusionConfig(), VISION_ESTIMATE], ids=["multimodal", "vision_estimate"])
 @pytest.mark.parametrize("backend", ["native", "traced"])
-def test_fast_paths_equal_eager_and_return_chunks_in_m_per_s(image_obs, backend):
+def test_fast_paths_equal_eager_and_return_chunks_in_m_per_s(image_obs, backend, fusion):
     if backend == "native" and not HAS_COMPILER:
         pytest.skip("no C++ compiler: the native kernel cannot be built here")
     torch.manual_seed(0)
-    policy = DiffusionPolicy().eval()
+    policy = DiffusionPolicy(DiffusionPolicyConfig(fusion=fusion)).eval()
     policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.1], [0.25, 0.25, 0.1]]))
     fast = ChunkPredictor(policy, "cpu", ddim_steps=10, backend=backend)
     assert fast.backend == backend

@@ -153,3 +153,27 @@ def test_sim_train_trains_the_multimodal_policy_unless_asked_for_state(tmp_path)
     assert trainer(obs="state", policy_config=mine, ppo_env_steps="0") == (mine, 0)
     with pytest.raises(ValueError, match="argument obs: 'rgb' is not one of"):
         graph("sim_train", {"obs": "rgb"})
+
+
+def test_sim_train_weak_start_runs_the_bench_weak_recipe_and_arguments_still_win():
+    from diffpolicy_ros.bench.learn import RECIPES
+    from diffpolicy_ros.rl.ppo import load_ppo_run
+
+    def trainer(**overrides: str) -> dict:
+        return {n.name: n for n in graph("sim_train", overrides)}["trainer_node"].parameters
+
+    full, weak = trainer(), trainer(start="weak")
+    assert (full["iters"], full["demo_episodes"], full["ppo_envs"], full["eval_episodes"]) == (2000, 100, 4, 10)
+    assert full["ppo_config"].endswith("config/train/push.yaml")
+    bench = RECIPES["push"]  # what `diffpolicy bench learn --start weak` measured, run by the graph
+    assert weak["config"].endswith(f"config/{bench.weak['diffusion'].policy_config}")
+    assert weak["ppo_config"].endswith(f"config/{bench.weak_train_config}")
+    assert (weak["iters"], weak["demo_episodes"]) == (bench.weak["diffusion"].iters, bench.weak_demos)
+    ppo = load_ppo_run(weak["ppo_config"]).train  # the trainer sets these three from its parameters
+    assert (weak["ppo_env_steps"], weak["ppo_envs"], weak["eval_episodes"]) == (
+        ppo.total_env_steps, ppo.n_envs, ppo.eval_episodes,
+    )  # fmt: skip
+    assert trainer(start="weak", iters="900", ppo_envs="8")["iters"] == 900
+    assert trainer(start="weak", iters="900", ppo_envs="8")["ppo_envs"] == 8
+    with pytest.raises(ValueError, match="argument start: 'strong' is not one of"):
+        graph("sim_train", {"start": "strong"})
