@@ -29,7 +29,7 @@ lint: setup
 # chunk executor, safety filter, trainer of the multimodal policy) on this machine, one process per node; the
 # run goes to runs/sim_train-<timestamp>/. Ctrl-C stops the whole graph.
 # Arguments: make sim-train ARGS="device:=cuda iters:=5000" (obs:=state: the quick state-only policy;
-# start:=weak: PPO improving a weak BC start, ~1 h).
+# start:=weak: PPO improving a weak BC start, ~40 min).
 sim-train: setup
 	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
 

@@ -56,7 +56,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "device": "auto",
         "obs": "multimodal",  # the trainer's policy: multimodal (cameras, proprio, text) | state (the quick one)
         # full: BC to the end, then PPO | weak: watch PPO improve a weak start (the small state-only policy, BC
-        # stopped early on 50 demos, then PPO to 300k env steps; ~1 h here; replaces obs)
+        # stopped early on 50 demos, then PPO to 300k env steps; ~40 min here; replaces obs)
         "start": "full",
         "policy_config": "",  # the trainer's policy/BC config (config/policy/*.yaml); overrides obs
         "demos": "",

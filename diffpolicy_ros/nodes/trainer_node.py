@@ -13,6 +13,7 @@ events.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import rclpy
@@ -100,7 +101,8 @@ class TrainerNode(Node):
         self.hooks.on_checkpoint = self.announce
         self.gate = BetterCheckpoints()
         self.status = "starting"
-        self.ticks, self.last_iter = 0, 0
+        self.ticks = 0
+        self.rate = PhaseRate()
         self.create_service(Trigger, "~/pause", self.on_pause)
         self.create_service(Trigger, "~/resume", self.on_resume)
         self.create_service(Trigger, "~/save", self.on_save)
@@ -127,7 +129,7 @@ class TrainerNode(Node):
                 self.status = "training (PPO)"
                 self.ppo.init = result["checkpoint"]
                 self.hooks.progress.clear()
-                self.last_iter = 0  # PPO iterations count from 0 again
+                self.rate = PhaseRate()  # PPO iterations count from 0 again, at their own pace
                 result = train_ppo(self.ppo, self.run_dir / "ppo", progress=False, hooks=self.hooks)
                 success = result["final_eval"].get("success_rate", "n/a")
             if self.hooks.stop.is_set():  # shut down mid-run: what was learned is saved, nothing was evaluated
@@ -173,15 +175,26 @@ class TrainerNode(Node):
         self.ticks += 1
         finished = self.status.startswith(("done", "failed"))  # said once, when it happened
         if self.ticks % 10 == 0 and progress and not finished:  # a line a person can follow in the terminal
-            it = progress.get("iter", 0)
-            rate = (it - self.last_iter) / 10.0
-            self.last_iter = it
+            rate = self.rate.update(progress.get("iter", 0), time.monotonic())
             self.get_logger().info(f"{self.status}: {progress_line(progress, rate)}")
 
     def close(self) -> None:
         self.hooks.stop.set()
         self.hooks.running.set()
         self.thread.join(timeout=10)
+
+
+class PhaseRate:
+    """Iterations per second over the whole training phase (BC, then PPO), for the ETA: a PPO iteration can
+    outlast the 10 s between progress lines, so a per-line rate would swing between 0 and twice the truth."""
+
+    def __init__(self):
+        self.start: tuple[float, int] | None = None  # (time, iteration) the rate is measured from
+
+    def update(self, it: int, now: float) -> float:
+        if self.start is None or it < self.start[1]:  # first line, or a new phase counting from 0
+            self.start = (now, it)
+        return (it - self.start[1]) / max(now - self.start[0], 1e-6)
 
 
 class BetterCheckpoints:

@@ -20,6 +20,18 @@ def test_progress_line_shows_the_interval_throughput_and_eta():
     assert "loss 0.2500" in bc and "success" not in bc and "ETA" not in bc  # no evaluation yet, no rate yet
 
 
+def test_eta_rate_is_steady_when_an_iteration_outlasts_the_line_and_restarts_with_ppo():
+    from diffpolicy_ros.nodes.trainer_node import PhaseRate
+
+    rate = PhaseRate()
+    assert rate.update(100, now=0.0) == 0.0  # the first line: nothing measured yet
+    # PPO-like: one iteration every 20 s, a line every 10 s -> 0.05 it/s on every line, not 0.1 / 0
+    rates = [rate.update(100 + t // 20, now=float(t)) for t in range(10, 201, 10)]
+    assert all(r == pytest.approx(0.05, abs=0.02) for r in rates[1:]) and rates[-1] == pytest.approx(0.05)
+    assert rate.update(2, now=210.0) == 0.0  # the PPO phase counts from 0 again: measured afresh
+    assert rate.update(12, now=220.0) == pytest.approx(1.0)
+
+
 def test_the_robot_gets_the_first_checkpoint_then_only_better_evaluated_ones():
     from diffpolicy_ros.nodes.trainer_node import BetterCheckpoints
 
