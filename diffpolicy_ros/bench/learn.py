@@ -25,6 +25,7 @@ from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.checkpoint import load_checkpoint
+from diffpolicy_ros.nodes.graph import WEAK_START
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.sim.demos import run_demos
@@ -74,12 +75,13 @@ RECIPES = {
             "gaussian": BCStart("policy/gaussian_state.yaml", 2000),
         },
         demos=200,
-        weak_train_config="train/push_weak.yaml",
+        # the graph's `sim_train start:=weak` runs the same recipe: one definition (nodes/graph.py)
+        weak_train_config=WEAK_START.ppo_config,
         weak={  # 50 demos: the small diffusion policy 0.46-0.51 on 100 held-out seeds (docs/experiments.md)
-            "diffusion": BCStart("policy/diffusion_state_small.yaml", 1100),
+            "diffusion": BCStart(WEAK_START.policy_config, WEAK_START.iters),
             "gaussian": BCStart("policy/gaussian_state.yaml", 600),
         },
-        weak_demos=50,
+        weak_demos=WEAK_START.demo_episodes,
     ),
 }
 RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_two_goals.yaml")

@@ -119,11 +119,15 @@ class ImageEncoder(nn.Module):
             self.backbones.requires_grad_(False)
 
     def forward(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        return [self.backbones[0 if self.config.shared else i](x) for i, x in enumerate(self.normalized(images))]
+        return self.encode(self.normalized(images))
 
     def normalized(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """uint8 [B, H, W, 3] per camera -> float [B, 3, H, W] in [-1, 1], in camera order."""
         return [images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0 for cam in self.cameras]
+
+    def encode(self, normalized: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``normalized``'s images -> feature maps [B, C, h, w], in camera order."""
+        return [self.backbones[0 if self.config.shared else i](x) for i, x in enumerate(normalized)]
 
 
 class KeypointCNN(nn.Module):

@@ -138,25 +138,25 @@ class MultimodalEncoder(nn.Module):
         return state.float()
 
     def forward(self, obs: dict) -> torch.Tensor:
-        return self.features(obs)[0]
+        return self.features(obs, predict=False)[0]
 
-    def features(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def features(self, obs: dict, predict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The global representation [B, dim], and the auxiliary block/goal-xy prediction [B, 4] in workspace
-        units (None when the auxiliary head is off)."""
+        units (None when the auxiliary head is off, or not asked for and not the state token's estimate)."""
         cfg = self.config
         state = self.state_vector(obs)
         batch, device = state.shape[0], state.device
         tokens = [self.cls.expand(batch, -1, -1) + self.type_embed[0]]
         masks = [torch.zeros(batch, 1, dtype=torch.bool, device=device)]
         if cfg.use_images:
-            images = {cam: obs[f"image_{cam}"] for cam in cfg.cameras}
-            fmaps = self.images(images)
+            images = self.images.normalized({cam: obs[f"image_{cam}"] for cam in cfg.cameras})
+            fmaps = self.images.encode(images)
             for pool, fmap in zip(self.pools, fmaps):
                 tokens.append(pool(fmap) + self.type_embed[1])
                 masks.append(torch.zeros(batch, cfg.image_tokens_per_camera, dtype=torch.bool, device=device))
         prediction = None
         if self.estimates_task_state:
-            keypoints = [self.keypoints(x) for x in self.images.normalized(images)]
+            keypoints = [self.keypoints(x) for x in images]
             prediction = self.aux_task_state(torch.cat(keypoints, dim=-1))
             low, high = self.task_state_low, self.task_state_high
             estimate = low + (prediction.detach() + 1) / 2 * (high - low)  # workspace units -> metres
@@ -172,6 +172,6 @@ class MultimodalEncoder(nn.Module):
         with torch.autocast(device.type, enabled=False):  # attention (softmax over a few tokens) stays fp32 under AMP
             seq = self.transformer(torch.cat(tokens, dim=1).float(), src_key_padding_mask=torch.cat(masks, dim=1))
             cond = self.out_norm(seq[:, 0])
-        if self.aux_task_state is not None and prediction is None:
+        if predict and self.aux_task_state is not None and prediction is None:  # the head on the representation
             prediction = self.aux_task_state(cond)
         return cond, prediction

@@ -36,9 +36,9 @@ OBS_DEFAULTS = {
     "state": TrainerDefaults("policy/diffusion_state.yaml", 200_000),
 }
 # start:=weak: DPPO's practice of fine-tuning an early BC start (few demos, BC stopped early: ~0.5 success), so
-# PPO has room to show its gain; the push recipe of `diffpolicy bench learn --start weak` (docs/experiments.md),
-# run by the graph's trainer: the small state-only policy, 32 PPO workers to 300k env steps, 100 evaluation
-# episodes per point
+# PPO has room to show its gain; the push recipe `diffpolicy bench learn --start weak` measured (it reads it
+# from here; docs/experiments.md), run by the graph's trainer: the small state-only policy, 32 PPO workers
+# to 300k env steps, 100 evaluation episodes per point
 WEAK_START = TrainerDefaults(
     "policy/diffusion_state_small.yaml",
     307_200,
