@@ -307,6 +307,13 @@ def cmd_bench_startup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_threads(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.threads import bench_threads
+
+    _print_json_or_table(bench_threads(args.config, steps=args.steps, counts=tuple(args.counts)), args.json)
+    return 0
+
+
 def cmd_bench_ros(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.ros import bench_ros
 
@@ -519,6 +526,20 @@ def build_parser() -> argparse.ArgumentParser:
     bstart.add_argument("--timeout", type=float, default=600.0)
     bstart.add_argument("--json", action="store_true")
     bstart.set_defaults(func=cmd_bench_startup)
+    bthreads = bench_sub.add_parser(
+        "threads",
+        formatter_class=_HelpFormatter,
+        help="BC step time per torch thread count, quiet and beside a busy process (how --threads was chosen)",
+    )
+    bthreads.add_argument(
+        "--config", type=Path, default=None, help="policy config (default: config/policy/diffusion_state.yaml)"
+    )
+    bthreads.add_argument("--steps", type=int, default=20, help="timed BC steps per measurement")
+    bthreads.add_argument(
+        "--counts", type=int, nargs="+", default=[1, 2, 0], help="thread counts to measure (0: torch's default)"
+    )
+    bthreads.add_argument("--json", action="store_true")
+    bthreads.set_defaults(func=cmd_bench_threads)
     bsafe = bench_sub.add_parser(
         "safety",
         formatter_class=_HelpFormatter,
