@@ -193,6 +193,36 @@ def test_target_kl_stops_the_update_before_the_step_that_would_pass_it(tmp_path)
 
 
 @pytest.mark.quick
+def test_a_stop_mid_iteration_drops_the_rollout_or_update_instead_of_finishing_it(tmp_path):
+    """The trainer node's shutdown: training returns within one env step / one minibatch, nothing counted."""
+    trainer = PPOTrainer(tiny_run(), tmp_path / "rollout", progress=False)
+    steps, env_step = [], trainer.envs.step
+
+    def step_then_stop(actions):
+        steps.append(1)
+        trainer.hooks.stop.set()
+        return env_step(actions)
+
+    trainer.envs.step = step_then_stop
+    out = trainer.train()
+    assert len(steps) == 1 and out["iterations"] == 0 and out["env_steps"] == 0
+    assert trainer.run.train.rollout_steps > 1  # there were more steps to take
+
+    trainer = PPOTrainer(tiny_run(), tmp_path / "update", progress=False)
+    minibatches, gradients = [], trainer.minibatch_gradients
+
+    def gradients_then_stop(*args):
+        minibatches.append(1)
+        trainer.hooks.stop.set()
+        return gradients(*args)
+
+    trainer.minibatch_gradients = gradients_then_stop
+    out = trainer.train()
+    assert len(minibatches) == 1 and out["iterations"] == 0 and trainer.run.train.update_epochs > 1
+    assert not list((tmp_path / "update").rglob("iter_*.pt"))  # a partial update is not saved as an iteration
+
+
+@pytest.mark.quick
 def test_resume_is_exact(tmp_path):
     straight = PPOTrainer(tiny_run(), tmp_path / "straight", progress=False)
     straight.train()
