@@ -2,8 +2,8 @@
 and beside one busy process (a robot PC's normal state) — the measurement behind ``--threads``' default.
 
 Each count runs in a fresh process, so torch's own default (no ``set_num_threads`` call) is measured as a new
-user gets it. The step is the BC loop's: the policy config's encoder + noise-prediction loss (and auxiliary
-loss), backward, gradient clip and AdamW, on a batch built from a real ``push`` observation."""
+user gets it. The step is the BC loop's (``rl.bc.bc_step``) with the policy config's model and batch size,
+on a batch built from a real ``push`` observation."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _seconds_per_step(config: str, threads: int, steps: int, queue: mp.Queue) ->
 
     from diffpolicy_ros.models.factory import build_policy, policy_spec
     from diffpolicy_ros.models.obs import obs_to_torch
-    from diffpolicy_ros.rl.bc import load_bc_run
+    from diffpolicy_ros.rl.bc import bc_step, load_bc_run
     from diffpolicy_ros.sim import make_env
 
     if threads > 0:
@@ -50,12 +50,7 @@ def _seconds_per_step(config: str, threads: int, steps: int, queue: mp.Queue) ->
     optimizer = torch.optim.AdamW(policy.parameters(), lr=run.train.lr)
 
     def step() -> None:
-        cond, prediction = policy.encoder.features(obs_batch)
-        loss = policy.bc_loss(obs_batch, actions, cond) + policy.encoder.auxiliary_loss(obs_batch, prediction)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), run.train.grad_clip)
-        optimizer.step()
+        bc_step(policy, optimizer, obs_batch, actions, run.train.grad_clip)
 
     for _ in range(2):  # warm-up: allocator, OpenMP pool
         step()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
@@ -98,6 +99,19 @@ def random_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> torch.
     cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
     out = padded[torch.arange(b)[:, None, None], :, rows[:, :, None], cols[:, None, :]]  # [B, H, W, C]
     return out.to(torch.uint8)
+
+
+def bc_step(
+    policy: nn.Module, optimizer: torch.optim.Optimizer, obs: dict, actions: torch.Tensor, grad_clip: float
+) -> torch.Tensor:
+    """One gradient step: the action loss (+ the encoder's auxiliary loss, if any), clipped, applied."""
+    cond, task_state_prediction = policy.encoder.features(obs)
+    loss = policy.bc_loss(obs, actions, cond) + policy.encoder.auxiliary_loss(obs, task_state_prediction)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
+    optimizer.step()
+    return loss
 
 
 def train_bc(
@@ -203,12 +217,7 @@ def train_bc(
             if cam in obs:
                 obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
         actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
-        cond, task_state_prediction = policy.encoder.features(obs)
-        loss = policy.bc_loss(obs, actions, cond) + policy.encoder.auxiliary_loss(obs, task_state_prediction)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-        optimizer.step()
+        loss = bc_step(policy, optimizer, obs, actions, cfg.grad_clip)
         lr_schedule.step()
         ema.update_parameters(policy)
         losses.append(loss.item())
