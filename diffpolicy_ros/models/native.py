@@ -1,9 +1,9 @@
 """The CPU fast path's denoising loop as one C++ call (``csrc/unet1d_ddim.cpp``), built on first use.
 
 The extension is compiled with torch's own toolchain helper (``torch.utils.cpp_extension.load``: a C++
-compiler and ninja) into ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) once per source
-version; ``make setup`` builds it, so nodes and tests find it ready. Where it cannot be built (no compiler),
-:func:`native_kernel` returns None and the caller keeps the traced TorchScript path.
+compiler and ninja) into ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) once per install
+(:func:`extension_name`); ``make setup`` builds it, so nodes and tests find it ready. Where it cannot be built
+(no compiler), :func:`native_kernel` returns None and the caller keeps the traced TorchScript path.
 
 :func:`unet_layout` lays out a :class:`ConditionalUnet1D`'s weights in the order the C++ side reads them,
 each conv pre-transposed to ``[K * C_in, C_out]`` (rows ordered (tap, input channel)) so a convolution is
@@ -13,7 +13,9 @@ one im2col copy and one GEMM on token-major activations, together with every lay
 from __future__ import annotations
 
 import functools
+import hashlib
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,15 @@ def has_cxx_compiler() -> bool:
     return shutil.which("c++") is not None or shutil.which("g++") is not None
 
 
+def extension_name() -> str:
+    """One build folder per install: the source's location, the Python environment and torch's version. Under a
+    shared name, a venv checkout and a colcon install of the package invalidated each other's build, and the
+    first policy load after a switch spent ~40 s compiling (seen as the arm's first motion at 154 s instead of
+    82 s in ``bench startup``)."""
+    key = f"{SOURCE.resolve()}|{sys.prefix}|{torch.__version__}"
+    return f"diffpolicy_unet1d_ddim_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
 @functools.lru_cache(maxsize=1)
 def native_kernel(verbose: bool = False) -> ModuleType | None:
     """The compiled extension, or None (with a warning) where no C++ toolchain can build it."""
@@ -43,7 +54,7 @@ def native_kernel(verbose: bool = False) -> ModuleType | None:
     try:
         # -march=native is safe: the extension is built on the machine that runs it (JIT, per-host cache)
         return load(
-            "diffpolicy_unet1d_ddim",
+            extension_name(),
             [str(SOURCE)],
             extra_cflags=["-O3", "-march=native"],
             verbose=verbose,
