@@ -9,6 +9,9 @@ VENV_BIN=${VENV_BIN:-$SRC/.venv/bin}
 export PATH="$VENV_BIN:$PATH"
 WS=$(mktemp -d /tmp/diffpolicy_colcon_ws.XXXXXX)
 trap 'rm -rf "$WS"' EXIT
+# The installed copy builds its own native kernel (one build folder per install): keep it in the workspace,
+# so each check's temporary install leaves nothing behind in ~/.cache.
+export TORCH_EXTENSIONS_DIR="$WS/torch_extensions"
 mkdir -p "$WS/src/diffpolicy_ros"
 # Copy the tracked and new-but-not-ignored files: exactly what a clone would have.
 git ls-files -z --cached --others --exclude-standard | tar -C "$SRC" --null -T - -cf - | tar -C "$WS/src/diffpolicy_ros" -xf -
