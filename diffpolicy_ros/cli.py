@@ -7,7 +7,7 @@
     diffpolicy eval-bag BAG --checkpoint CKPT [--samples N] [--out DIR] [--json]
     diffpolicy record OUT [--topics ...] [--storage mcap|sqlite3] [--duration S]
     diffpolicy plot RUN_DIR
-    diffpolicy bench sim|policy|ros|learn|safety [--json]
+    diffpolicy bench sim|policy|ros|learn|safety|hil|startup|threads [--json]
     diffpolicy launch sim_train|real_arm|replay_eval [name:=value ...]
 
 Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
@@ -21,6 +21,7 @@ import os
 import sys
 from pathlib import Path
 
+from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
 from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
 
 TASK_CHOICES = ("push", "push_two_goals", "point_mass")  # = diffpolicy_ros.sim.TASKS, without importing it
@@ -329,6 +330,22 @@ def cmd_bench_safety(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_hil(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.hil import bench_hil
+    from diffpolicy_ros.nodes.runner import parse_overrides
+
+    result = bench_hil(
+        args.checkpoint,
+        episodes=args.episodes,
+        episode_timeout_s=args.episode_timeout,
+        seed=args.seed,
+        overrides=parse_overrides(args.overrides),
+        progress=not args.json,
+    )
+    _print_json_or_table(result, args.json)
+    return 0
+
+
 def _video_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--video", type=Path, default=None, help="write an MP4 per episode to this folder")
     parser.add_argument("--video-episodes", type=int, default=3, help="how many episodes --video records")
@@ -551,6 +568,18 @@ def build_parser() -> argparse.ArgumentParser:
     bsafe.add_argument("--no-hil", action="store_true", help="offline only (no ROS graph)")
     bsafe.add_argument("--json", action="store_true")
     bsafe.set_defaults(func=cmd_bench_safety)
+    bhil = bench_sub.add_parser(
+        "hil",
+        formatter_class=_HelpFormatter,
+        help="episodes on the live real_arm graph in HIL mode: does it push the block, and what the filter did",
+    )
+    bhil.add_argument("overrides", nargs="*", metavar="name:=value", help="real_arm arguments (e.g. max_speed:=0.25)")
+    bhil.add_argument("--checkpoint", type=Path, default=Path(VISION_CHECKPOINT), help="the policy real_arm loads")
+    bhil.add_argument("--episodes", type=int, default=10)
+    bhil.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode counts as failed")
+    bhil.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i is scene seed + i (eval's held-out seeds)")
+    bhil.add_argument("--json", action="store_true")
+    bhil.set_defaults(func=cmd_bench_hil)
     return parser
 
 

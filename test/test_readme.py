@@ -64,6 +64,10 @@ def test_every_readme_command_parses_and_names_what_exists(line):
     if parsed.command == "launch":
         overrides = dict(a.split(":=", 1) for a in parsed.arguments)
         graph(parsed.graph, overrides)  # unknown graph arguments raise
+    if parsed.command == "bench" and parsed.bench in ("hil", "startup"):  # benchmarks that launch a graph
+        overrides = dict(a.split(":=", 1) for a in parsed.overrides)
+        box = {"box_low": "[0, 0, 0]", "box_high": "[1, 1, 1]"} if parsed.bench == "hil" else {}  # bench hil's own
+        graph("real_arm" if parsed.bench == "hil" else "sim_train", {**box, **overrides})
 
 
 @pytest.mark.quick

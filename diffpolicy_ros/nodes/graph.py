@@ -102,6 +102,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
         "task": "push",  # hil: the simulated cell
         "seed": "0",  # hil: the scene
+        # hil: the sim also publishes /task/object_pose and /task/goal_pose, as a cell's perception would, for
+        # a policy that reads them (a state policy); the default vision policy needs neither
+        "hil_task_state": "false",
         "top_device": "",  # OpenCV capture device of each camera ('' = use the driver's topic)
         "side_device": "",
         "top_topic": C.raw_camera_topic("top"),  # each camera driver's sensor_msgs/Image topic
@@ -282,6 +285,7 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
                         "task": a["task"],
                         "seed": int(a["seed"]),
                         "driver_mode": True,
+                        "publish_task_state": _bool(a["hil_task_state"]),
                         "command_topic": a["cmd_twist_topic"],
                         "frame_id": a["frame_id"],
                     },

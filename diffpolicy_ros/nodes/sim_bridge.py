@@ -138,7 +138,9 @@ class SimBridge(Node):
             self.publish(obs, self.get_clock().now().to_msg())
 
     def on_reset(self, request, response):
+        """A new episode on the next scene (seed + episode): in driver mode the only way to get one."""
         with self.lock:
+            self.episode += 1
             self.reset_episode()
         response.success, response.message = True, f"episode {self.episode} started"
         return response

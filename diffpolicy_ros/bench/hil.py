@@ -1,0 +1,183 @@
+"""``diffpolicy bench hil``: does the ``real_arm`` graph push the block? Episodes on the live graph in
+hardware-in-the-loop mode (``hil:=true``: the sim as a driver-mode arm behind a MoveIt Servo stand-in).
+
+The graph runs as deployed — cameras -> camera nodes -> policy -> chunk executor -> safety filter -> Servo
+input, with ``real_arm``'s limits unless overridden — and a probe in this process runs the episodes the way
+an operator would in a cell: ``/sim_bridge/reset`` lays out a new scene, then the probe waits for the sim's
+outcome on ``/diagnostics`` ("block at the goal" / "block off the table") or the episode's time limit. Episode
+i is scene ``seed + i``: by default the held-out seeds ``diffpolicy eval`` uses, so both can be compared scene
+by scene. The graph's ``max_run_time_s`` is off here; the per-episode limit plays its part.
+
+Reported: the success rate with its 95 % interval, seconds to success, what the safety filter did (its
+intervention counts), the policy's latency and chunk rate, and the fastest output the arm received.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.eval.stats import wilson_interval
+from diffpolicy_ros.runs import EVAL_SEED
+
+SERVO_TOPIC = "/servo_node/delta_twist_cmds"  # real_arm's default output topic (the Servo stand-in's input)
+FILTER_COUNTS = ("speed_limited", "accel_limited", "box_limited", "deadman_stops", "stale_input_stops", "ticks")
+
+
+def _values(status) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def bench_hil(
+    checkpoint: Path,
+    episodes: int = 10,
+    episode_timeout_s: float = 60.0,
+    seed: int = EVAL_SEED,
+    overrides: dict[str, str] | None = None,
+    startup_timeout_s: float = 180.0,
+    progress: bool = True,
+) -> dict:
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import TwistStamped
+    from rclpy.node import Node
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+    from tqdm import tqdm
+    from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+    from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS
+    from diffpolicy_ros.nodes.graph import graph as graph_nodes
+    from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+
+    if "seed" in (overrides or {}):
+        raise ValueError("bench hil: give the first scene as --seed, not seed:=")
+    if not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"no checkpoint at {checkpoint} (make vision-policy writes the default one)")
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_hil_"))
+    arguments = {
+        "hil": "true",
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "seed": str(seed - 1),  # the scene the graph starts on; the first reset lays out `seed`
+        "box_low": str(list(C.WORKSPACE_LOW)),
+        "box_high": str(list(C.WORKSPACE_HIGH)),
+        "dry_run": "false",
+        "max_run_time_s": "0",  # the per-episode limit below takes its place
+        **(overrides or {}),
+    }
+    graph_nodes("real_arm", arguments)  # an unknown or malformed argument: one clear error before anything starts
+    log = open(tmp / "graph.log", "w")
+    began = time.monotonic()
+    graph = spawn_graph("real_arm", arguments, env, stdout=log)
+    rclpy.init(args=[])  # not sys.argv: the graph arguments there are not ROS remappings
+    node = Node("bench_hil")
+    outcomes: list[dict[str, str]] = []  # the sim's outcome reports
+    last: dict[str, dict[str, str]] = {}  # newest diagnostics values per node
+    speeds: list[float] = []
+    chunks: list[float] = []
+    states: list[str] = []
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            name = status.name.lstrip("/")
+            if name == "sim_bridge" and status.message in ("block at the goal", "block off the table"):
+                outcomes.append({"message": status.message, **_values(status)})
+            else:
+                last[name] = _values(status)
+
+    def on_out(msg: TwistStamped) -> None:
+        v = msg.twist.linear
+        speeds.append(float(np.linalg.norm([v.x, v.y, v.z])))
+
+    node.create_subscription(DiagnosticArray, C.DIAGNOSTICS_TOPIC, on_diagnostics, DIAGNOSTICS_QOS)
+    node.create_subscription(TwistStamped, arguments.get("cmd_twist_topic", SERVO_TOPIC), on_out, COMMAND_QOS)
+    node.create_subscription(
+        MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), COMMAND_QOS
+    )
+    node.create_subscription(String, "/safety_filter/state", lambda m: states.append(m.data), LATCHED_QOS)
+    reset = node.create_client(Trigger, "/sim_bridge/reset")
+
+    def spin(seconds: float, until=None) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            if graph.poll() is not None:
+                raise RuntimeError(f"the real_arm graph exited ({graph.returncode}); see {log.name}")
+            if until is not None and until():
+                return True
+        return False
+
+    results: list[dict] = []
+    try:
+        if not spin(startup_timeout_s, until=lambda: bool(chunks) and reset.service_is_ready()):
+            raise RuntimeError(
+                f"no action chunk in {startup_timeout_s:.0f} s: the graph did not come up; see {log.name}"
+            )
+        startup_s = time.monotonic() - began
+        bar = tqdm(range(episodes), desc="hil episodes", unit="ep", disable=not progress)
+        for episode in bar:
+            future = reset.call_async(Trigger.Request())
+            if not spin(10.0, until=future.done) or not future.result().success:
+                raise RuntimeError("/sim_bridge/reset did not answer")
+            reported, start = len(outcomes), time.monotonic()
+            done = spin(episode_timeout_s, until=lambda n=reported: len(outcomes) > n)
+            outcome = outcomes[reported] if done else None
+            success = outcome is not None and outcome["message"] == "block at the goal"
+            results.append(
+                {
+                    "episode": episode,
+                    "scene_seed": seed + episode,
+                    "success": success,
+                    "outcome": outcome["message"] if outcome else f"time limit ({episode_timeout_s:.0f} s)",
+                    "seconds": round(time.monotonic() - start, 1),
+                    "steps": int(outcome["steps"]) if outcome else None,
+                }
+            )
+            bar.set_postfix(success=f"{np.mean([r['success'] for r in results]):.2f}")
+        bar.close()
+        spin(1.5)  # the nodes' next once-a-second diagnostics
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        stop_graph(graph, timeout=30)
+        log.close()
+
+    successes = sum(r["success"] for r in results)
+    times = [r["seconds"] for r in results if r["success"]]
+    policy, filt = last.get("policy_node", {}), last.get("safety_filter", {})
+    gaps = np.diff(chunks[len(chunks) // 2 :]) if len(chunks) > 2 else np.array([np.nan])
+    return {
+        "episodes": episodes,
+        "success_rate": successes / episodes,
+        "success_ci95": wilson_interval(successes, episodes),
+        "seconds_to_success_mean": round(float(np.mean(times)), 1) if times else None,
+        "episode_timeout_s": episode_timeout_s,
+        "max_speed_cap": float(arguments.get("max_speed", _graph_default("max_speed"))),
+        "max_accel_cap": float(arguments.get("max_accel", _graph_default("max_accel"))),
+        "max_output_speed": round(max(speeds), 4) if speeds else None,
+        "filter": {k: int(float(filt[k])) for k in FILTER_COUNTS if k in filt},
+        "filter_states_seen": sorted(set(states)),
+        "policy_latency_p50_ms": float(policy["latency_p50_ms"]) if "latency_p50_ms" in policy else None,
+        "policy_latency_p99_ms": float(policy["latency_p99_ms"]) if "latency_p99_ms" in policy else None,
+        "chunk_rate_hz": round(float(1.0 / np.mean(gaps)), 2) if np.isfinite(gaps).all() else None,
+        "startup_s": round(startup_s, 1),
+        "graph_arguments": arguments,
+        "graph_log": log.name,
+        "per_episode": results,
+    }
+
+
+def _graph_default(name: str) -> str:
+    from diffpolicy_ros.nodes.graph import ARGUMENTS
+
+    return ARGUMENTS["real_arm"][name]

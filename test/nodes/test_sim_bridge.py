@@ -1,0 +1,81 @@
+"""sim_bridge in driver mode (the HIL arm) across processes: ``~/reset`` lays out the next scene (seed +
+episode), as ``diffpolicy bench hil`` and an operator rely on, and the block and goal poses are published only
+when asked (``publish_task_state``, the graph's ``hil_task_state``): a real cell has no such topic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def start_bridge(*extra: str) -> subprocess.Popen:
+    params = ["-p", "driver_mode:=true", "-p", "publish_images:=false", "-p", "seed:=7", *extra]
+    cmd = [sys.executable, "-m", "diffpolicy_ros.nodes.sim_bridge", "--ros-args", *params]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_driver_mode_reset_lays_out_the_next_scene_and_poses_only_when_asked():
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+    from std_srvs.srv import Trigger
+
+    from diffpolicy_ros import contract as C
+    from diffpolicy_ros.nodes.common import SENSOR_QOS
+    from diffpolicy_ros.sim import make_env
+
+    env = make_env("push")
+    scenes = [env.reset(seed=7 + k)[0]["proprio"][C.PROPRIO_SLICES["object_xy"]] for k in range(2)]
+    env.close()
+    bridge = start_bridge("-p", "publish_task_state:=true")
+    rclpy.init()
+    node = Node("bridge_probe")
+    blocks: list[np.ndarray] = []
+    joints: list[float] = []
+    node.create_subscription(
+        PoseStamped,
+        C.OBJECT_POSE_TOPIC,
+        lambda m: blocks.append(np.array([m.pose.position.x, m.pose.position.y])),
+        SENSOR_QOS,
+    )
+    node.create_subscription(JointState, C.JOINT_STATES_TOPIC, lambda m: joints.append(time.monotonic()), SENSOR_QOS)
+    reset = node.create_client(Trigger, "/sim_bridge/reset")
+
+    def spin(seconds: float, until) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            if until():
+                return True
+        return False
+
+    try:
+        assert spin(60, lambda: bool(blocks) and reset.service_is_ready()), "no block pose from the driver-mode sim"
+        np.testing.assert_allclose(blocks[-1], scenes[0], atol=1e-3)  # the first scene: seed 7
+        future = reset.call_async(Trigger.Request())
+        assert spin(10, future.done) and future.result().success
+        n = len(blocks)
+        assert spin(5, lambda: len(blocks) > n + 2)
+        np.testing.assert_allclose(blocks[-1], scenes[1], atol=1e-3)  # reset: the next scene, seed 8
+        stop(bridge)
+
+        bridge = start_bridge()  # the default: what a cell's drivers publish, no block or goal pose
+        spin(1.0, lambda: False)
+        blocks.clear()
+        joints.clear()
+        assert spin(60, lambda: len(joints) > 20), "no joint states from the driver-mode sim"
+        assert not blocks, "a driver-mode sim published the block pose without publish_task_state"
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        if bridge.poll() is None:
+            stop(bridge)
