@@ -341,6 +341,7 @@ def cmd_bench_hil(args: argparse.Namespace) -> int:
         seed=args.seed,
         overrides=parse_overrides(args.overrides),
         progress=not args.json,
+        out_dir=args.out,
     )
     _print_json_or_table(result, args.json)
     return 0
@@ -578,6 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     bhil.add_argument("--episodes", type=int, default=10)
     bhil.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode counts as failed")
     bhil.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i is scene seed + i (eval's held-out seeds)")
+    bhil.add_argument("--out", type=Path, default=None, help="also write hil_episodes.png and hil.json here")
     bhil.add_argument("--json", action="store_true")
     bhil.set_defaults(func=cmd_bench_hil)
     return parser

@@ -2,18 +2,20 @@
 hardware-in-the-loop mode (``hil:=true``: the sim as a driver-mode arm behind a MoveIt Servo stand-in).
 
 The graph runs as deployed — cameras -> camera nodes -> policy -> chunk executor -> safety filter -> Servo
-input, with ``real_arm``'s limits unless overridden — and a probe in this process runs the episodes the way
-an operator would in a cell: ``/sim_bridge/reset`` lays out a new scene, then the probe waits for the sim's
-outcome on ``/diagnostics`` ("block at the goal" / "block off the table") or the episode's time limit. Episode
-i is scene ``seed + i``: by default the held-out seeds ``diffpolicy eval`` uses, so both can be compared scene
-by scene. The graph's ``max_run_time_s`` is off here; the per-episode limit plays its part.
+input, with ``real_arm``'s limits (0.1 m/s, 0.5 m/s²) unless overridden — and a probe in this process runs the
+episodes the way an operator would in a cell: ``/sim_bridge/reset`` lays out a new scene, then the probe waits
+for the sim's outcome on ``/diagnostics`` ("block at the goal" / "block off the table") or the episode's time
+limit. Episode i is scene ``seed + i``: by default the held-out seeds ``diffpolicy eval`` uses, so both can be
+compared scene by scene. The graph's ``max_run_time_s`` is off here; the per-episode limit plays its part.
 
 Reported: the success rate with its 95 % interval, seconds to success, what the safety filter did (its
-intervention counts), the policy's latency and chunk rate, and the fastest output the arm received.
+intervention counts), the policy's latency and chunk rate, and the fastest output the arm received; with
+``--out``, a PNG of each episode's tool and block paths over its scene.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -42,17 +44,21 @@ def bench_hil(
     overrides: dict[str, str] | None = None,
     startup_timeout_s: float = 180.0,
     progress: bool = True,
+    out_dir: Path | None = None,
 ) -> dict:
+    """``out_dir``: also ``hil_episodes.png`` (each episode's tool and block paths over its scene) and
+    ``hil.json`` there."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
-    from geometry_msgs.msg import TwistStamped
+    from geometry_msgs.msg import PoseStamped, TwistStamped
     from rclpy.node import Node
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
     from tqdm import tqdm
     from trajectory_msgs.msg import MultiDOFJointTrajectory
+    from visualization_msgs.msg import MarkerArray
 
-    from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS
+    from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS, VIEWER_QOS
     from diffpolicy_ros.nodes.graph import graph as graph_nodes
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
@@ -86,6 +92,13 @@ def bench_hil(
     speeds: list[float] = []
     chunks: list[float] = []
     states: list[str] = []
+    tool: list[tuple[float, float]] = []  # this episode's tool xy (/arm/ee_pose) and block xy (the scene markers)
+    block: list[tuple[float, float]] = []
+
+    def on_markers(msg: MarkerArray) -> None:
+        for m in msg.markers:
+            if m.ns == "block":
+                block.append((m.pose.position.x, m.pose.position.y))
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -105,6 +118,11 @@ def bench_hil(
         MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), COMMAND_QOS
     )
     node.create_subscription(String, "/safety_filter/state", lambda m: states.append(m.data), LATCHED_QOS)
+    ee_topic = arguments.get("ee_pose_topic", C.EE_POSE_TOPIC)
+    node.create_subscription(
+        PoseStamped, ee_topic, lambda m: tool.append((m.pose.position.x, m.pose.position.y)), SENSOR_QOS
+    )
+    node.create_subscription(MarkerArray, C.MARKERS_TOPIC, on_markers, VIEWER_QOS)
     reset = node.create_client(Trigger, "/sim_bridge/reset")
 
     def spin(seconds: float, until=None) -> bool:
@@ -129,6 +147,9 @@ def bench_hil(
             future = reset.call_async(Trigger.Request())
             if not spin(10.0, until=future.done) or not future.result().success:
                 raise RuntimeError("/sim_bridge/reset did not answer")
+            spin(0.3)  # the reset scene's first messages
+            tool.clear()
+            block.clear()
             reported, start = len(outcomes), time.monotonic()
             done = spin(episode_timeout_s, until=lambda n=reported: len(outcomes) > n)
             outcome = outcomes[reported] if done else None
@@ -141,6 +162,8 @@ def bench_hil(
                     "outcome": outcome["message"] if outcome else f"time limit ({episode_timeout_s:.0f} s)",
                     "seconds": round(time.monotonic() - start, 1),
                     "steps": int(outcome["steps"]) if outcome else None,
+                    "tool_xy": np.round(tool, 4).tolist(),
+                    "block_xy": np.round(block, 4).tolist(),
                 }
             )
             bar.set_postfix(success=f"{np.mean([r['success'] for r in results]):.2f}")
@@ -152,11 +175,12 @@ def bench_hil(
         stop_graph(graph, timeout=30)
         log.close()
 
+    paths = {r["episode"]: (r.pop("tool_xy"), r.pop("block_xy")) for r in results}
     successes = sum(r["success"] for r in results)
     times = [r["seconds"] for r in results if r["success"]]
     policy, filt = last.get("policy_node", {}), last.get("safety_filter", {})
     gaps = np.diff(chunks[len(chunks) // 2 :]) if len(chunks) > 2 else np.array([np.nan])
-    return {
+    result = {
         "episodes": episodes,
         "success_rate": successes / episodes,
         "success_ci95": wilson_interval(successes, episodes),
@@ -175,6 +199,55 @@ def bench_hil(
         "graph_log": log.name,
         "per_episode": results,
     }
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result["plot"] = str(plot_episodes(results, paths, out_dir / "hil_episodes.png"))
+        (out_dir / "hil.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def plot_episodes(results: list[dict], paths: dict[int, tuple[list, list]], path: Path) -> Path:
+    """One panel per episode: the tool's path, the block's, where the block started and the goal disc."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from diffpolicy_ros.sim import make_env
+
+    env = make_env("push")  # the scene of each episode, from its seed: the driver-mode graph never says the goal
+    cols = min(5, len(results))
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.set_axis_off()
+    for ax, r in zip(axes.flat, results):
+        obs, _ = env.reset(seed=r["scene_seed"])
+        start = obs["proprio"][C.PROPRIO_SLICES["object_xy"]]
+        goal = obs["proprio"][C.PROPRIO_SLICES["goal_xy"]]
+        tool, block = (np.asarray(p, float).reshape(-1, 2) for p in paths[r["episode"]])
+        ax.set_axis_on()
+        ax.add_patch(plt.Circle(goal, env.cfg.success_radius, color="tab:green", alpha=0.3, label="goal"))
+        ax.plot(*start, "s", color="tab:orange", label="block start")
+        if len(block):
+            ax.plot(block[:, 0], block[:, 1], color="tab:orange", lw=2, label="block")
+        if len(tool):
+            ax.plot(tool[:, 0], tool[:, 1], color="tab:blue", lw=1, label="tool")
+            ax.plot(*tool[0], "o", color="tab:blue", ms=4)
+        ax.set_xlim(C.WORKSPACE_LOW[0], C.WORKSPACE_HIGH[0])
+        ax.set_ylim(-0.35, 0.35)
+        ax.set_aspect("equal")
+        ax.tick_params(labelsize=7)
+        verdict = "success" if r["success"] else r["outcome"]
+        ax.set_title(f"scene {r['scene_seed']}: {verdict}, {r['seconds']:.0f} s", fontsize=8)
+    env.close()
+    axes.flat[0].legend(fontsize=6, loc="upper right")
+    fig.suptitle("real_arm HIL episodes (x forward from the robot, y to its left; m)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _graph_default(name: str) -> str:

@@ -14,7 +14,8 @@ from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
 def test_bench_hil_runs_episodes_on_new_scenes_and_reports_what_the_graph_did(run_cli, tmp_path):
     ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.02, 0.0, 0.0))
     out = run_cli(
-        "bench", "hil", "--checkpoint", ckpt, "--episodes", "2", "--episode-timeout", "4", "max_speed:=0.05",
+        "bench", "hil", "--checkpoint", ckpt, "--episodes", "2", "--episode-timeout", "4", "--out", tmp_path / "out",
+        "max_speed:=0.05",
         timeout=400,
     )  # fmt: skip
     assert out["episodes"] == 2 and out["success_rate"] == 0.0 and out["success_ci95"][0] == 0.0
@@ -23,3 +24,6 @@ def test_bench_hil_runs_episodes_on_new_scenes_and_reports_what_the_graph_did(ru
     assert out["max_speed_cap"] == 0.05 and 0.0 < out["max_output_speed"] <= 0.05 + 1e-9
     assert "active" in out["filter_states_seen"] and out["filter"]["ticks"] > 0
     assert out["policy_latency_p50_ms"] > 0 and out["chunk_rate_hz"] > 1
+    png = tmp_path / "out" / "hil_episodes.png"  # each episode's tool and block paths over its scene
+    assert out["plot"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "out" / "hil.json").is_file()
