@@ -16,8 +16,6 @@ intervention counts), the policy's latency and chunk rate, and the fastest outpu
 from __future__ import annotations
 
 import json
-import os
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +26,6 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.runs import EVAL_SEED
 
-SERVO_TOPIC = "/servo_node/delta_twist_cmds"  # real_arm's default output topic (the Servo stand-in's input)
 FILTER_COUNTS = ("speed_limited", "accel_limited", "box_limited", "deadman_stops", "stale_input_stops", "ticks")
 
 
@@ -58,7 +55,9 @@ def bench_hil(
     from trajectory_msgs.msg import MultiDOFJointTrajectory
     from visualization_msgs.msg import MarkerArray
 
+    from diffpolicy_ros.bench.ros import _loopback_env
     from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS, VIEWER_QOS
+    from diffpolicy_ros.nodes.graph import ARGUMENTS
     from diffpolicy_ros.nodes.graph import graph as graph_nodes
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
@@ -66,10 +65,7 @@ def bench_hil(
         raise ValueError("bench hil: give the first scene as --seed, not seed:=")
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint} (make vision-policy writes the default one)")
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    env = _loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_hil_"))
     arguments = {
         "hil": "true",
@@ -81,6 +77,7 @@ def bench_hil(
         "max_run_time_s": "0",  # the per-episode limit below takes its place
         **(overrides or {}),
     }
+    resolved = {**ARGUMENTS["real_arm"], **arguments}  # what the graph runs with, defaults included
     graph_nodes("real_arm", arguments)  # an unknown or malformed argument: one clear error before anything starts
     log = open(tmp / "graph.log", "w")
     began = time.monotonic()
@@ -113,14 +110,16 @@ def bench_hil(
         speeds.append(float(np.linalg.norm([v.x, v.y, v.z])))
 
     node.create_subscription(DiagnosticArray, C.DIAGNOSTICS_TOPIC, on_diagnostics, DIAGNOSTICS_QOS)
-    node.create_subscription(TwistStamped, arguments.get("cmd_twist_topic", SERVO_TOPIC), on_out, COMMAND_QOS)
+    node.create_subscription(TwistStamped, resolved["cmd_twist_topic"], on_out, COMMAND_QOS)
     node.create_subscription(
         MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), COMMAND_QOS
     )
     node.create_subscription(String, "/safety_filter/state", lambda m: states.append(m.data), LATCHED_QOS)
-    ee_topic = arguments.get("ee_pose_topic", C.EE_POSE_TOPIC)
     node.create_subscription(
-        PoseStamped, ee_topic, lambda m: tool.append((m.pose.position.x, m.pose.position.y)), SENSOR_QOS
+        PoseStamped,
+        resolved["ee_pose_topic"],
+        lambda m: tool.append((m.pose.position.x, m.pose.position.y)),
+        SENSOR_QOS,
     )
     node.create_subscription(MarkerArray, C.MARKERS_TOPIC, on_markers, VIEWER_QOS)
     reset = node.create_client(Trigger, "/sim_bridge/reset")
@@ -186,8 +185,8 @@ def bench_hil(
         "success_ci95": wilson_interval(successes, episodes),
         "seconds_to_success_mean": round(float(np.mean(times)), 1) if times else None,
         "episode_timeout_s": episode_timeout_s,
-        "max_speed_cap": float(arguments.get("max_speed", _graph_default("max_speed"))),
-        "max_accel_cap": float(arguments.get("max_accel", _graph_default("max_accel"))),
+        "max_speed_cap": float(resolved["max_speed"]),
+        "max_accel_cap": float(resolved["max_accel"]),
         "max_output_speed": round(max(speeds), 4) if speeds else None,
         "filter": {k: int(float(filt[k])) for k in FILTER_COUNTS if k in filt},
         "filter_states_seen": sorted(set(states)),
@@ -248,9 +247,3 @@ def plot_episodes(results: list[dict], paths: dict[int, tuple[list, list]], path
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _graph_default(name: str) -> str:
-    from diffpolicy_ros.nodes.graph import ARGUMENTS
-
-    return ARGUMENTS["real_arm"][name]
