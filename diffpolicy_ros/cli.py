@@ -16,15 +16,19 @@ Heavy imports happen inside each command so ``diffpolicy --help`` stays instant.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 from pathlib import Path
 
+from diffpolicy_ros.config import override
+from diffpolicy_ros.contract import TASK_NAMES as TASK_CHOICES
+from diffpolicy_ros.device import default_threads
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
 from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
 
-TASK_CHOICES = ("push", "push_two_goals", "point_mass")  # = diffpolicy_ros.sim.TASKS, without importing it
 LEARN_VARIANTS = ("diffusion", "diffusion_ddim10", "diffusion_ddim20", "gaussian")  # = bench.learn.VARIANTS
 
 
@@ -32,15 +36,27 @@ def _warn(text: str) -> None:
     print(f"diffpolicy: {text}", file=sys.stderr)
 
 
-class UserError(Exception):
-    """A mistake the user can fix: printed as one line, exit status 2."""
+class _Parser(argparse.ArgumentParser):
+    """argparse, strict: no abbreviated options (``--sample`` is not ``--samples``), and a mistyped option is
+    named as such (``--confg``: "unrecognized --confg, did you mean --config?") rather than reported as the
+    required option it was meant to be."""
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._argv: list[str] = []
 
-def default_threads() -> int:
-    """torch intra-op threads: half the cores (1 on this 2-core machine). torch's default (all cores) collapses
-    by an order of magnitude as soon as another process holds a core — the normal state of a robot PC — because
-    its OpenMP threads wait on each other; half the cores leaves room for ROS nodes and the simulator."""
-    return max(1, (os.cpu_count() or 2) // 2)
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        known = set(self._option_string_actions)
+        unknown = [a.split("=")[0] for a in self._argv if a.startswith("--") and a.split("=")[0] not in known]
+        if unknown and "required" in message:  # the typo is the cause; the missing option only its effect
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            message = f"unrecognized argument {unknown[0]}" + (f" (did you mean {close[0]}?)" if close else "")
+        super().error(message)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -95,7 +111,7 @@ def load_task_config(path: Path | None, task: str | None) -> tuple[str, dict]:
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
     if not isinstance(cfg, dict) or not isinstance(cfg.get("env", {}), dict):
-        raise SystemExit(f"diffpolicy: {path}: expected a mapping with optional 'task' and 'env' keys")
+        raise UserError(f"{path}: expected a mapping with optional 'task' and 'env' keys")
     return task or cfg.get("task", "push"), dict(cfg.get("env") or {})
 
 
@@ -143,10 +159,8 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
     from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 
     run = load_bc_run(args.config)
-    for key in ("iters", "batch_size", "device", "seed", "eval_every", "eval_episodes", "final_eval_episodes"):
-        value = getattr(args, key)
-        if value is not None:
-            setattr(run.train, key, value)
+    keys = ("iters", "batch_size", "device", "seed", "eval_every", "eval_episodes", "final_eval_episodes")
+    run.train = override(run.train, **{key: getattr(args, key) for key in keys})
     data = args.data
     if data.is_dir() or data.suffix in (".mcap", ".db3"):  # rosbag2 bags, through the live preprocessing
         from diffpolicy_ros.bags.dataset import dataset_from_bags
@@ -170,12 +184,9 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     run = load_ppo_run(args.config)
     if args.init is not None:
         run.init = str(args.init)
-    for key in ("device", "seed", "total_env_steps", "n_envs"):
-        value = getattr(args, key)
-        if value is not None:
-            setattr(run.train, key, value)
-    if args.ddim_steps is not None:
-        run.train.sampler.ddim_steps = args.ddim_steps
+    keys = ("device", "seed", "total_env_steps", "n_envs")
+    sampler = override(run.train.sampler, ddim_steps=args.ddim_steps)
+    run.train = override(run.train, sampler=sampler, **{key: getattr(args, key) for key in keys})
     if args.resume == "auto" and args.run_dir is None:
         print("diffpolicy train-ppo: --resume auto needs --run-dir (the run to continue)", file=sys.stderr)
         return 2
@@ -188,11 +199,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from diffpolicy_ros.eval.plots import plot_run
 
-    try:
-        print(plot_run(args.run_dir, args.out))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"diffpolicy plot: {exc}", file=sys.stderr)
-        return 2
+    print(plot_run(args.run_dir, args.out))
     return 0
 
 
@@ -274,14 +281,10 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from diffpolicy_ros.nodes.runner import parse_overrides, run_graph
 
-    try:
-        overrides = parse_overrides(args.arguments)
-        if args.graph == "sim_train" and not overrides.get("run_dir"):
-            overrides["run_dir"] = str(new_run_dir("sim_train"))
-        return run_graph(args.graph, overrides)
-    except ValueError as exc:
-        print(f"diffpolicy launch: {exc}", file=sys.stderr)
-        return 2
+    overrides = parse_overrides(args.arguments)
+    if args.graph == "sim_train" and not overrides.get("run_dir"):
+        overrides["run_dir"] = str(new_run_dir("sim_train"))
+    return run_graph(args.graph, overrides)
 
 
 def cmd_bench_learn(args: argparse.Namespace) -> int:
@@ -359,7 +362,7 @@ def _threads_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diffpolicy", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="diffpolicy", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser(
@@ -594,7 +597,6 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    from diffpolicy_ros.models.checkpoint import CheckpointError
     from diffpolicy_ros.runs import discard_empty_runs
 
     try:
@@ -602,8 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("diffpolicy: interrupted", file=sys.stderr)
         return 130
-    except (UserError, CheckpointError, FileNotFoundError, ValueError) as exc:  # BagError, DatasetError too
-        # a mistake in the input, not a bug: one line (DIFFPOLICY_DEBUG=1 shows the traceback)
+    except UserError as exc:  # raised where an input is read (arguments, configs, checkpoints, bags, datasets)
+        # a mistake in the input, not a bug: one line (DIFFPOLICY_DEBUG=1 shows the traceback); any other
+        # exception is a bug and keeps its traceback
         if os.environ.get("DIFFPOLICY_DEBUG"):
             raise
         print(f"diffpolicy {args.command}: error: {exc}", file=sys.stderr)

@@ -19,6 +19,9 @@ ARM_JOINTS: tuple[str, ...] = (
 )
 WORLD_FRAME = "world"
 
+# -- tasks ----------------------------------------------------------------------------------------------
+TASK_NAMES: tuple[str, ...] = ("push", "push_two_goals", "point_mass")  # the simulated tasks (sim.TASKS)
+
 # -- cameras ---------------------------------------------------------------------------------------------
 CAMERAS: tuple[str, ...] = ("top", "side")  # top-down and 45 degree side view
 IMAGE_SIZE = 128  # px, square RGB at model size

@@ -7,15 +7,29 @@ string this module returns (``'npu:0'``, ``'cuda:0'``, ``'cpu'``) everywhere.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from diffpolicy_ros.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICE_CHOICES = ("auto", "npu", "cuda", "cpu")
 
 
+def default_threads() -> int:
+    """torch intra-op threads: half the cores (1 on this 2-core machine). torch's default (all cores) collapses
+    by an order of magnitude as soon as another process holds a core — the normal state of a robot PC — because
+    its OpenMP threads wait on each other; half the cores leaves room for ROS nodes and the simulator."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
 def npu_available() -> bool:
     """True when ``torch_npu`` imports and reports at least one device."""
+    import torch
+
     try:
         importlib.import_module("torch_npu")
     except Exception:  # not installed, or CANN missing: either way no NPU
@@ -30,12 +44,14 @@ def resolve_device(requested: str = "auto", index: int = 0) -> str:
     ``auto`` picks npu, then cuda, then cpu. Asking for a backend that is not available is an error, not a
     silent fallback: a training run that thinks it is on a GPU but is on the CPU wastes hours.
     """
+    import torch  # here, not at import: `diffpolicy --help` stays instant
+
     req = requested.strip().lower()
     if ":" in req:
         req, index_text = req.split(":", 1)
         index = int(index_text)
     if req not in DEVICE_CHOICES:
-        raise ValueError(f"device must be one of {DEVICE_CHOICES} (optionally with ':index'), got {requested!r}")
+        raise UserError(f"device must be one of {DEVICE_CHOICES} (optionally with ':index'), got {requested!r}")
     if req == "auto":
         if npu_available():
             return f"npu:{index}"
@@ -43,9 +59,9 @@ def resolve_device(requested: str = "auto", index: int = 0) -> str:
             return f"cuda:{index}"
         return "cpu"
     if req == "npu" and not npu_available():
-        raise RuntimeError("device 'npu' requested but torch_npu is not installed or reports no device")
+        raise UserError("device 'npu' requested but torch_npu is not installed or reports no device")
     if req == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but torch reports no CUDA device")
+        raise UserError("device 'cuda' requested but torch reports no CUDA device")
     return "cpu" if req == "cpu" else f"{req}:{index}"
 
 
@@ -71,6 +87,8 @@ def autocast_settings(device: str, enabled: bool = True) -> AutocastSettings:
 
     On the CPU autocast is off by default: fp32 is the reference path and bf16 on a small CPU is slower.
     """
+    import torch
+
     kind = device_type(device)
     if not enabled or kind == "cpu":
         return AutocastSettings("cpu", torch.bfloat16, False, False)
@@ -80,4 +98,4 @@ def autocast_settings(device: str, enabled: bool = True) -> AutocastSettings:
         return AutocastSettings("cuda", torch.float16, True, True)
     if kind == "npu":  # Ascend 910B runs bf16 natively; fp16 would need a GradScaler
         return AutocastSettings("npu", torch.bfloat16, True, False)
-    raise ValueError(f"unknown device {device!r}")
+    raise UserError(f"unknown device {device!r}")

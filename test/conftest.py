@@ -27,7 +27,7 @@ def pytest_configure(config):
     # torch's default (every core) collapses when another process holds a core; the CLI's default does not
     import torch
 
-    from diffpolicy_ros.cli import default_threads
+    from diffpolicy_ros.device import default_threads
 
     torch.set_num_threads(default_threads())
 

@@ -96,3 +96,54 @@ def test_table_for_people_json_for_machines():
     with contextlib.redirect_stdout(machine):
         _print_json_or_table(result, as_json=True)
     assert json.loads(machine.getvalue())["steps"] == list(range(16))
+
+
+@pytest.mark.quick
+def test_typed_mistakes_name_the_argument_before_anything_starts(tmp_path):
+    for args, fragments in [
+        (("launch", "real_arm", "dry_run:=ture"), ("dry_run:='ture'", "true or false")),
+        (("launch", "real_arm", "max_speed:=fast"), ("max_speed:='fast'", "a number > 0")),
+        (("launch", "real_arm", "hil:=maybe"), ("hil:='maybe'",)),
+        (("train-bc", "--confg", "x.yaml", "--data", "d.npz"), ("--confg", "did you mean --config")),
+        (("eval-bag", "bag", "--checkpoint", "c.pt", "--sample", "3"), ("--sample",)),
+        (("eval", "--checkpoint", "c.pt", "--episode", "3"), ("--episode",)),
+        (("train-bc", "--data", tmp_path / "missing.npz", "--config", "config/policy/diffusion_state.yaml",
+          "--run-dir", tmp_path), ("missing.npz", "no such dataset file")),
+        (("train-bc", "--data", tmp_path / "missing.npz", "--config", "config/policy/diffusion_state.yaml",
+          "--eval-every", "0", "--run-dir", tmp_path), ("BCConfig.eval_every = 0",)),
+    ]:  # fmt: skip
+        result = cli(*args)
+        assert "[launch]" not in result.stdout  # refused before any node started
+        assert "Errno" not in result.stderr
+        one_error_line(result, *fragments)
+
+
+@pytest.mark.quick
+def test_a_bug_keeps_its_traceback_only_user_errors_are_one_line(monkeypatch, capsys):
+    from diffpolicy_ros import cli as cli_module
+    from diffpolicy_ros.errors import UserError
+
+    def bug(args):
+        raise ValueError("an internal shape mismatch")
+
+    def mistake(args):
+        raise UserError("bag.mcap: no commands on /arm/cmd_twist")
+
+    parser_args = ["plot", "runs/x"]
+    monkeypatch.setattr(cli_module, "build_parser", _parser_with(cli_module, bug))
+    with pytest.raises(ValueError, match="internal shape mismatch"):
+        cli_module.main(parser_args)
+    monkeypatch.setattr(cli_module, "build_parser", _parser_with(cli_module, mistake))
+    assert cli_module.main(parser_args) == 2
+    assert capsys.readouterr().err.strip() == "diffpolicy plot: error: bag.mcap: no commands on /arm/cmd_twist"
+
+
+def _parser_with(cli_module, func):
+    original = cli_module.build_parser
+
+    def build():
+        parser = original()
+        parser._subparsers._group_actions[0].choices["plot"].set_defaults(func=func)
+        return parser
+
+    return build

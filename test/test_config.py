@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diffpolicy_ros.assets import config_file
-from diffpolicy_ros.config import load_yaml
+from diffpolicy_ros.config import ConfigError, load_yaml
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicyConfig
 from diffpolicy_ros.models.gaussian_policy import GaussianPolicyConfig
 from diffpolicy_ros.models.heads import apply_sampler
@@ -30,7 +30,7 @@ def test_base_cycles_and_missing_files_are_clear_errors(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ValueError, match="cycle"):
         load_yaml(tmp_path / "a.yaml")
-    with pytest.raises(FileNotFoundError, match="missing.yaml"):
+    with pytest.raises(ConfigError, match="missing.yaml"):
         load_yaml(tmp_path / "missing.yaml")
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.io import bag_info
+from diffpolicy_ros.bags.io import BagError, bag_info
 from diffpolicy_ros.bags.replay import Command, Tick, walk_bag
 from diffpolicy_ros.models.checkpoint import checkpoint_meta, load_policy
 from diffpolicy_ros.models.obs import obs_to_torch
@@ -74,7 +74,7 @@ def evaluate_bag(
             cmd_t.append(event.t)
             cmd_v.append(event.velocity)
     if not cmd_t:
-        raise ValueError(f"{bag}: no commands on {command_topic} to compare with")
+        raise BagError(f"{bag}: no commands on {command_topic} to compare with")
     cmd_t, cmd_v = np.asarray(cmd_t), np.asarray(cmd_v, np.float64)
 
     # -- batched inference: samples x chunks, one generator so a seed fixes the result -------------------

@@ -15,13 +15,15 @@ from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, Qo
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, ReaderError, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
+from diffpolicy_ros.errors import UserError
+
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 STORAGE = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 UNKNOWN_RIHS01 = "RIHS01_" + "0" * 64
 EPISODE_TOPIC = "/diffpolicy/episode"  # std_msgs/String JSON: {"event": "start"|"end", "episode", "seed", ...}
 
 
-class BagError(ValueError):
+class BagError(UserError):
     """A bag that cannot be used: missing, corrupt, or without a topic we need (the message says which)."""
 
 

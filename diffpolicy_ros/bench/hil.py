@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from diffpolicy_ros import contract as C
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.runs import EVAL_SEED
 
@@ -55,17 +56,16 @@ def bench_hil(
     from trajectory_msgs.msg import MultiDOFJointTrajectory
     from visualization_msgs.msg import MarkerArray
 
-    from diffpolicy_ros.bench.ros import _loopback_env
+    from diffpolicy_ros.bench.ros import init_rclpy, loopback_env
     from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS, VIEWER_QOS
-    from diffpolicy_ros.nodes.graph import ARGUMENTS
-    from diffpolicy_ros.nodes.graph import graph as graph_nodes
+    from diffpolicy_ros.nodes.graph import resolve_arguments
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
     if "seed" in (overrides or {}):
-        raise ValueError("bench hil: give the first scene as --seed, not seed:=")
+        raise UserError("bench hil: give the first scene as --seed, not seed:=")
     if not Path(checkpoint).is_file():
-        raise FileNotFoundError(f"no checkpoint at {checkpoint} (make vision-policy writes the default one)")
-    env = _loopback_env()
+        raise UserError(f"no checkpoint at {checkpoint} (make vision-policy writes the default one)")
+    env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_hil_"))
     arguments = {
         "hil": "true",
@@ -77,12 +77,13 @@ def bench_hil(
         "max_run_time_s": "0",  # the per-episode limit below takes its place
         **(overrides or {}),
     }
-    resolved = {**ARGUMENTS["real_arm"], **arguments}  # what the graph runs with, defaults included
-    graph_nodes("real_arm", arguments)  # an unknown or malformed argument: one clear error before anything starts
+    # what the graph runs with (defaults and an argument file included); an unknown or malformed argument is one
+    # clear error before anything starts
+    resolved = resolve_arguments("real_arm", arguments)
     log = open(tmp / "graph.log", "w")
     began = time.monotonic()
     graph = spawn_graph("real_arm", arguments, env, stdout=log)
-    rclpy.init(args=[])  # not sys.argv: the graph arguments there are not ROS remappings
+    init_rclpy(env)
     node = Node("bench_hil")
     outcomes: list[dict[str, str]] = []  # the sim's outcome reports
     last: dict[str, dict[str, str]] = {}  # newest diagnostics values per node
@@ -185,8 +186,8 @@ def bench_hil(
         "success_ci95": wilson_interval(successes, episodes),
         "seconds_to_success_mean": round(float(np.mean(times)), 1) if times else None,
         "episode_timeout_s": episode_timeout_s,
-        "max_speed_cap": float(resolved["max_speed"]),
-        "max_accel_cap": float(resolved["max_accel"]),
+        "max_speed_cap": resolved["max_speed"],
+        "max_accel_cap": resolved["max_accel"],
         "max_output_speed": round(max(speeds), 4) if speeds else None,
         "filter": {k: int(float(filt[k])) for k in FILTER_COUNTS if k in filt},
         "filter_states_seen": sorted(set(states)),

@@ -22,10 +22,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.checkpoint import load_checkpoint
-from diffpolicy_ros.nodes.graph import WEAK_START
+from diffpolicy_ros.rl.recipes import WEAK_START
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.sim.demos import run_demos
@@ -123,9 +124,9 @@ def bench_learn(
     out_dir = Path(out_dir)
     unknown = set(variants) - set(VARIANTS)
     if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
+        raise UserError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
     if start not in STARTS:
-        raise ValueError(f"unknown start {start!r}; choose from {list(STARTS)}")
+        raise UserError(f"unknown start {start!r}; choose from {list(STARTS)}")
     began = time.perf_counter()
     results: dict = {
         "machine": f"{platform.machine()} x{os.cpu_count()} CPU",

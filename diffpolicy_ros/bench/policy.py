@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.models.checkpoint import load_policy
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
@@ -44,7 +45,7 @@ def bench_policy(
     else:
         policy = DiffusionPolicy().to(device).eval()
     if not isinstance(policy, DiffusionPolicy):
-        raise ValueError("bench policy measures the diffusion policy; the checkpoint holds another kind")
+        raise UserError("bench policy measures the diffusion policy; the checkpoint holds another kind")
     fusion = policy.config.fusion
     env = make_env("push", obs_mode=fusion.obs_mode())
     obs, _ = env.reset(seed=0)

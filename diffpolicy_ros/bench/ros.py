@@ -26,12 +26,33 @@ def untrained_image_checkpoint(path: Path) -> Path:
     return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="bench", obs_mode="image")))
 
 
-def _loopback_env() -> dict[str, str]:
+LOOPBACK_KEYS = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")
+
+
+def loopback_env() -> dict[str, str]:
+    """The environment of a benchmark's graph: this process's, with ROS traffic kept on this machine and a
+    fresh domain unless the caller chose them. Passed to the graph's processes; ``os.environ`` is not changed."""
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     return env
+
+
+def init_rclpy(env: dict[str, str]) -> None:
+    """rclpy for the benchmark's own probe nodes, on the graph's domain and discovery range from ``env``. The
+    middleware reads both once, while the context starts, so ``os.environ`` carries them only for that call."""
+    import rclpy
+
+    saved = {k: os.environ.get(k) for k in LOOPBACK_KEYS}
+    os.environ.update({k: env[k] for k in LOOPBACK_KEYS})
+    try:
+        rclpy.init(args=[])  # not sys.argv: graph arguments there are not ROS remappings
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def bench_startup(overrides: dict[str, str] | None = None, timeout_s: float = 600.0) -> dict:
@@ -46,13 +67,13 @@ def bench_startup(overrides: dict[str, str] | None = None, timeout_s: float = 60
     from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
-    env = _loopback_env()
+    env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_startup_"))
     overrides = {"run_dir": str(tmp / "run"), **(overrides or {})}
     log = open(tmp / "graph.log", "w")
     began = time.monotonic()
     graph = spawn_graph("sim_train", overrides, env, stdout=log)
-    rclpy.init()
+    init_rclpy(env)
     node = Node("bench_startup")
     first: dict[str, float] = {}
     node.create_subscription(
@@ -93,11 +114,11 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
     from diffpolicy_ros.nodes.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
-    env = _loopback_env()
+    env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_ros_"))
     ckpt = checkpoint or untrained_image_checkpoint(tmp / "policy.pt")
     graph = spawn_graph("sim_train", {"checkpoint": str(ckpt), "trainer": "false", "run_dir": str(tmp)}, env)
-    rclpy.init()
+    init_rclpy(env)
     node = Node("bench_ros")
     image_wall: dict[float, float] = {}
     chunks: list[tuple[float, float]] = []  # (wall time, stamp)

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -167,13 +165,6 @@ def constant_velocity_checkpoint(path: Path, velocity, use_task_state: bool = Fa
     return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="test", obs_mode="image")))
 
 
-def _pid(node_name: str) -> int:
-    out = subprocess.run(["pgrep", "-f", f"__node:={node_name}"], capture_output=True, text=True).stdout.split()
-    if not out:
-        raise RuntimeError(f"no process runs {node_name}")
-    return int(out[0])
-
-
 def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
     """The real_arm graph in HIL mode; the attacker and the probe run in this process."""
     import rclpy
@@ -185,13 +176,11 @@ def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
     from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
 
     PROBE_QOS = QoSProfile(depth=PROBE_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
+    from diffpolicy_ros.bench.ros import init_rclpy, loopback_env
     from diffpolicy_ros.nodes.conversions import chunk_to_trajectory, sec_to_stamp
-    from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+    from diffpolicy_ros.nodes.runner import graph_node_pid, spawn_graph, stop_graph
 
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
+    env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_safety_"))
     servo = "/servo_node/delta_twist_cmds"
     overrides = {
@@ -206,7 +195,7 @@ def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
     }
     log = open(tmp / "graph.log", "w")
     graph = spawn_graph("real_arm", overrides, env, stdout=log)
-    rclpy.init()
+    init_rclpy(env)
     node = Node("bench_safety")
     outs: list[tuple[float, float, np.ndarray]] = []  # (receipt, header stamp, velocity)
     commands: list[float] = []
@@ -249,7 +238,7 @@ def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
         if not spin(120.0, attack=False, until=moving):
             raise RuntimeError(f"the HIL graph never moved the arm; see {tmp / 'graph.log'}")
         spin(duration_s)
-        executor = _pid("chunk_executor")
+        executor = graph_node_pid(graph, "chunk_executor")  # a node of the graph started above, by its PID
         for _ in range(freezes):  # a hung executor: the deadman must stop the arm
             spin(3.0, attack=False, until=moving)
             os.kill(executor, signal.SIGSTOP)

@@ -82,7 +82,7 @@ def _measure(ctx, config: Path, threads: int, steps: int) -> tuple[int, float]:
 def bench_threads(config: Path | None = None, steps: int = 20, counts: tuple[int, ...] = (1, 2, 0)) -> dict:
     """Median s/step per thread count (0 = torch's default), quiet and beside one busy process."""
     from diffpolicy_ros.assets import config_file
-    from diffpolicy_ros.cli import default_threads
+    from diffpolicy_ros.device import default_threads
 
     config = config or config_file("policy/diffusion_state.yaml")
     ctx = mp.get_context("spawn")  # a fresh torch per measurement: thread pools do not shrink in-process

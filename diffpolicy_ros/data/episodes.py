@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from diffpolicy_ros.atomic_file import atomic_write
+from diffpolicy_ros.errors import UserError
 
 FORMAT_VERSION = 1
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError):
     """The file is not a valid episode dataset."""
 
 
@@ -70,7 +71,7 @@ class EpisodeDataset:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except FileNotFoundError:
-            raise
+            raise DatasetError(f"{path}: no such dataset file (record one with `diffpolicy demo --out FILE`)") from None
         except Exception as exc:  # zip, header or pickle errors all mean "not a dataset"
             raise DatasetError(f"{path}: not a readable episode dataset ({exc})") from exc
         for key in ("action", "reward", "episode_ends", "meta"):

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.stats import wilson_interval  # noqa: E402
 
 PPO_PANELS = (
@@ -24,11 +25,11 @@ BC_PANELS = (("loss", ("loss",)), ("evaluation", ("eval_success_rate",)))
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no metrics.csv (is {run_dir} a training run directory?)")
+        raise UserError(f"{path}: no metrics.csv (is {run_dir} a training run directory?)")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
-        raise ValueError(f"{path}: no rows yet")
+        raise UserError(f"{path}: no rows yet")
     return rows
 
 

@@ -116,6 +116,7 @@ def evaluate_policy(
     return {
         "task": task,
         "episodes": episodes,
+        "seed": seed,
         "success_rate": successes / episodes,
         "success_ci95": wilson_interval(successes, episodes),
         "mean_return": float(np.mean([r.ep_return for r in results])),

@@ -24,13 +24,14 @@ from torch import nn
 
 from diffpolicy_ros.atomic_file import atomic_write
 from diffpolicy_ros.contract import EXECUTE_HORIZON
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.models.factory import PolicySpec, build_policy, policy_spec, spec_dict
 
 FORMAT = "diffpolicy_ros/checkpoint"
 VERSION = 2  # 2: meta is a CheckpointMeta (version 1 files still load; their missing meta keys get defaults)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError):
     """The file is missing, truncated, not ours, or does not match its policy config."""
 
 
@@ -42,6 +43,9 @@ class CheckpointMeta:
     execute_horizon: int = EXECUTE_HORIZON
     config: dict = field(default_factory=dict)  # the training run's config (BCRun / PPORun as a dict)
     metrics: dict = field(default_factory=dict)  # the metrics at the time of saving
+    # the held-out evaluation of these very weights (task, episodes, seed, success_rate, success_ci95; see
+    # rl/best.py), {} when they were not evaluated: what "best" and the deploy gate read
+    evaluation: dict = field(default_factory=dict)
     data: str = ""  # the demonstrations it was trained on (BC)
 
 

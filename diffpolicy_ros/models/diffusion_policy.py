@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import ACTION_DIM, CHUNK_HORIZON
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
 from diffpolicy_ros.models.normalizer import RangeNormalizer
@@ -55,16 +56,16 @@ class DiffusionPolicyConfig:
         """Settings the network cannot run with are errors here, naming the setting (LeRobot's practice)."""
         levels = len(self.unet.down_dims) - 1  # stride-2 downsamplings in the U-Net
         if self.horizon < 1 or self.horizon % 2**levels:
-            raise ValueError(
+            raise ConfigError(
                 f"horizon {self.horizon} cannot be downsampled {levels} times by the U-Net "
                 f"(down_dims {list(self.unet.down_dims)}): use a multiple of {2**levels}"
             )
         if not 1 <= self.ddim_steps <= self.schedule.num_train_timesteps:
-            raise ValueError(f"ddim_steps must be in [1, {self.schedule.num_train_timesteps}], got {self.ddim_steps}")
+            raise ConfigError(f"ddim_steps must be in [1, {self.schedule.num_train_timesteps}], got {self.ddim_steps}")
         if not 1 <= self.finetune_steps:
-            raise ValueError(f"finetune_steps must be >= 1, got {self.finetune_steps}")
+            raise ConfigError(f"finetune_steps must be >= 1, got {self.finetune_steps}")
         if self.eta < 0 or self.min_std < 0:
-            raise ValueError(f"eta and min_std must be >= 0, got eta {self.eta}, min_std {self.min_std}")
+            raise ConfigError(f"eta and min_std must be >= 0, got eta {self.eta}, min_std {self.min_std}")
 
 
 class DiffusionPolicy(nn.Module):

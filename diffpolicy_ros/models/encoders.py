@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from diffpolicy_ros.config import ConfigError
+
 
 @dataclass
 class ImageEncoderConfig:
@@ -106,7 +108,7 @@ class ImageEncoder(nn.Module):
         super().__init__()
         self.config = cfg = config or ImageEncoderConfig()
         if cfg.backbone not in BACKBONES:
-            raise ValueError(f"unknown image backbone {cfg.backbone!r}; choose from {sorted(BACKBONES)}")
+            raise ConfigError(f"unknown image backbone {cfg.backbone!r}; choose from {sorted(BACKBONES)}")
         self.cameras = cameras
         n = 1 if cfg.shared else len(cameras)
         self.backbones = nn.ModuleList(BACKBONES[cfg.backbone]() for _ in range(n))

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import nn
 
-from diffpolicy_ros.config import from_dict, to_dict
+from diffpolicy_ros.config import ConfigError, from_dict, to_dict
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
 from diffpolicy_ros.models.gaussian_policy import GaussianPolicy, GaussianPolicyConfig
 
@@ -27,7 +27,7 @@ class PolicySpec:
 def policy_spec(data: dict[str, Any] | None) -> PolicySpec:
     spec = from_dict(PolicySpec, data)
     if spec.kind not in POLICY_KINDS:
-        raise ValueError(f"policy kind must be one of {POLICY_KINDS}, got {spec.kind!r}")
+        raise ConfigError(f"policy kind must be one of {POLICY_KINDS}, got {spec.kind!r}")
     return spec
 
 

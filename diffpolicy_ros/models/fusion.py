@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, PROPRIO_SLICES, WORKSPACE_HIGH, WORKSPACE_LOW
 from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, KeypointCNN, mlp
 from diffpolicy_ros.models.normalizer import StandardNormalizer
@@ -77,10 +78,10 @@ class MultimodalEncoder(nn.Module):
         super().__init__()
         self.config = cfg = config or FusionConfig()
         if not (cfg.use_task_state or cfg.use_images):
-            raise ValueError("fusion: use_task_state false needs use_images: nothing would show the block and goal")
+            raise ConfigError("fusion: use_task_state false needs use_images: nothing would show the block and goal")
         self.estimates_task_state = cfg.estimate_task_state and not cfg.use_task_state
         if self.estimates_task_state and (cfg.aux_task_state_weight <= 0 or cfg.extra_state_dim):
-            raise ValueError(
+            raise ConfigError(
                 "fusion: estimate_task_state needs aux_task_state_weight > 0 (the loss that trains the estimate) "
                 "and a one-goal task (extra_state_dim 0)"
             )
@@ -98,7 +99,7 @@ class MultimodalEncoder(nn.Module):
             )
         if cfg.use_text:
             if cfg.text_encoder not in TEXT_ENCODERS:
-                raise ValueError(f"text_encoder must be one of {sorted(TEXT_ENCODERS)}, got {cfg.text_encoder!r}")
+                raise ConfigError(f"text_encoder must be one of {sorted(TEXT_ENCODERS)}, got {cfg.text_encoder!r}")
             self.text = TEXT_ENCODERS[cfg.text_encoder](cfg.dim)
         layer = nn.TransformerEncoderLayer(
             cfg.dim, cfg.heads, dim_feedforward=2 * cfg.dim, dropout=0.0, batch_first=True, norm_first=True

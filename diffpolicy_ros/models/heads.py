@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import torch
 
+from diffpolicy_ros.config import ConfigError
+
 SAMPLER_KEYS = ("ddim_steps", "eta", "min_std", "finetune_steps")
 
 
@@ -58,7 +60,7 @@ def apply_sampler(config: Any, overrides: dict[str, Any]) -> Any:
     are skipped) and, for a head with a ``stochastic`` flag, deployment set to the fine-tuned stochastic chain."""
     unknown = set(overrides) - set(SAMPLER_KEYS)
     if unknown:
-        raise ValueError(f"sampler: unknown setting(s) {sorted(unknown)}; valid: {list(SAMPLER_KEYS)}")
+        raise ConfigError(f"sampler: unknown setting(s) {sorted(unknown)}; valid: {list(SAMPLER_KEYS)}")
     fields = {f.name for f in dataclasses.fields(config)}
     changes = {k: v for k, v in overrides.items() if k in fields and v is not None}
     if "stochastic" in fields:

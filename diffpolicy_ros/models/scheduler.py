@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from diffpolicy_ros.config import ConfigError
+
 
 @dataclass
 class NoiseScheduleConfig:
@@ -58,7 +60,7 @@ class NoiseSchedule(nn.Module):
         elif cfg.beta_schedule == "linear":
             betas = torch.linspace(1e-4, 0.02, cfg.num_train_timesteps, dtype=torch.float64)
         else:
-            raise ValueError(f"unknown beta_schedule {cfg.beta_schedule!r}")
+            raise ConfigError(f"unknown beta_schedule {cfg.beta_schedule!r}")
         # computed in float64 on the host once, stored float32 (NPUs have no fast float64)
         self.register_buffer("betas", betas.float())
         self.register_buffer("alphas_cumprod", torch.cumprod(1 - betas, 0).float())
@@ -74,7 +76,7 @@ class NoiseSchedule(nn.Module):
     def ddim_timesteps(self, num_inference_steps: int) -> list[int]:
         """Descending timesteps, "leading" spacing (diffusers' default for DDIM)."""
         if not 1 <= num_inference_steps <= self.num_train_timesteps:
-            raise ValueError(f"num_inference_steps must be in [1, {self.num_train_timesteps}]")
+            raise ConfigError(f"num_inference_steps must be in [1, {self.num_train_timesteps}]")
         ratio = self.num_train_timesteps // num_inference_steps
         return [i * ratio for i in reversed(range(num_inference_steps))]
 

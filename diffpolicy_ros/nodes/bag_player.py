@@ -23,7 +23,7 @@ from std_srvs.srv import Trigger
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.bags.io import BagError, bag_info, message_class
-from diffpolicy_ros.nodes.common import LATCHED_QOS, ParameterError, parameter, positive, run_node
+from diffpolicy_ros.nodes.common import LATCHED_QOS, ParameterError, flag, parameter, positive, run_node
 from diffpolicy_ros.nodes.conversions import sec_to_stamp
 
 NS = 1_000_000_000
@@ -52,8 +52,8 @@ class BagPlayer(Node):
         self.path = parameter(self, "bag", "", bool, "must name a bag")
         self.rate = parameter(self, "rate", 1.0, positive, "must be > 0")
         self.offset = parameter(self, "start_offset_s", 0.0, lambda v: v >= 0, "must be >= 0")
-        self.loop = bool(parameter(self, "loop", False))
-        self.clock = bool(parameter(self, "clock", True))
+        self.loop = flag(self, "loop", False)
+        self.clock = flag(self, "clock", True)
         clock_hz = parameter(self, "clock_hz", 40.0, positive, "must be > 0")
         # like ros2 bag play --delay: time for subscribers (a recorder, the graph) to discover the topics
         self.delay = parameter(self, "delay_s", 0.0, lambda v: v >= 0, "must be >= 0")

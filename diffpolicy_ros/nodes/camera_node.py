@@ -12,7 +12,15 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
-from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, ParameterError, parameter, positive, run_node
+from diffpolicy_ros.nodes.common import (
+    SENSOR_QOS,
+    WARN_THROTTLE_S,
+    ParameterError,
+    flag,
+    parameter,
+    positive,
+    run_node,
+)
 from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
 from diffpolicy_ros.nodes.observation import prepare_image
 
@@ -25,9 +33,8 @@ class CameraNode(Node):
         self.declare_parameter("device", "")  # OpenCV device index or URL; overrides input_topic
         device_rate_hz = parameter(self, "device_rate_hz", 30.0, positive, "must be > 0")
         self.size = parameter(self, "image_size", IMAGE_SIZE, positive, "must be > 0 (px)")
-        self.declare_parameter("crop_square", True)
         name = self.get_parameter("camera_name").value
-        self.crop = bool(self.get_parameter("crop_square").value)
+        self.crop = flag(self, "crop_square", True)
         self.frame_id = f"{name}_camera"
         self.pub = self.create_publisher(Image, policy_camera_topic(name), 5)
         device = str(self.get_parameter("device").value)

@@ -8,11 +8,15 @@ from collections.abc import Callable
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
+from diffpolicy_ros.arguments import ArgumentError, parse_bool, parse_number
 from diffpolicy_ros.contract import DIAGNOSTICS_TOPIC
+from diffpolicy_ros.errors import UserError
 
 # Sensor streams: newest sample wins, a lost frame is better than a late one.
 SENSOR_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
@@ -32,19 +36,59 @@ WARN_THROTTLE_S = 2.0
 STATS_WINDOW = 100  # samples behind each rate / latency / jitter statistic on /diagnostics
 
 
-class ParameterError(ValueError):
+class ParameterError(UserError):
     """A node parameter the node cannot run with; the message names the parameter and why."""
+
+
+def _declare(node: Node, name: str, default, descriptor: ParameterDescriptor | None = None):
+    """Declare ``name`` (once) and return its value; an override of the wrong type or outside a declared range
+    is a ParameterError naming it (rclpy raises its own exceptions, which would print as a crash)."""
+    try:
+        if not node.has_parameter(name):
+            node.declare_parameter(name, default, descriptor or ParameterDescriptor())
+        return node.get_parameter(name).value
+    except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+        raise ParameterError(f"{node.get_name()}: parameter '{name}': {exc}") from None
 
 
 def parameter(node: Node, name: str, default, check: Callable | None = None, why: str = ""):
     """Declare ``name`` and return its value, validated at start: a bad value stops the node with one line
     naming the parameter, instead of a crash (or a silent wrong behaviour) later."""
-    if not node.has_parameter(name):
-        node.declare_parameter(name, default)
-    value = node.get_parameter(name).value
+    value = _declare(node, name, default, ParameterDescriptor(description=why))
     if check is not None and not check(value):
         raise ParameterError(f"{node.get_name()}: parameter '{name}' = {value!r}: {why}")
     return value
+
+
+def number(
+    node: Node, name: str, default: float | int, low: float | None = None, high: float | None = None,
+    low_open: bool = False, description: str = "",
+) -> float | int:
+    """A numeric parameter with its domain declared (a ``ParameterDescriptor`` range, as MoveIt Servo declares
+    its parameters, so ``ros2 param describe`` shows it) and checked: ``low_open`` excludes ``low`` itself."""
+    integer = isinstance(default, int) and not isinstance(default, bool)
+    descriptor = ParameterDescriptor(description=description)
+    if low is not None and high is not None:  # rclpy ranges need both ends
+        if integer:
+            descriptor.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
+        else:
+            descriptor.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high))]
+    value = _declare(node, name, default, descriptor)
+    try:
+        return parse_number(value, name, integer=integer, low=low, high=high, low_open=low_open)
+    except ArgumentError as exc:
+        raise ParameterError(f"{node.get_name()}: parameter {str(exc).removeprefix('argument ')}") from None
+
+
+def flag(node: Node, name: str, default: bool, description: str = "") -> bool:
+    """A boolean parameter: true/false (also 1/0, yes/no, as a bool, an integer or a string) and nothing else —
+    ``dry_run:=ture`` stops the node with one line instead of meaning ``false``."""
+    descriptor = ParameterDescriptor(description=description, dynamic_typing=True)  # strings reach parse_bool
+    value = _declare(node, name, default, descriptor)
+    try:
+        return parse_bool(value, name)
+    except ArgumentError as exc:
+        raise ParameterError(f"{node.get_name()}: parameter {str(exc).removeprefix('argument ')}") from None
 
 
 def positive(value) -> bool:
@@ -102,7 +146,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         executor.spin()
-    except ParameterError as exc:
+    except (ParameterError, InvalidParameterTypeException, InvalidParameterValueException) as exc:
+        # a parameter the node cannot run with (rclpy's own type/range errors too): one line, no traceback
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -1,55 +1,23 @@
 """The node graphs, defined once. ``launch/*.launch.py`` translate them to launch_ros; ``diffpolicy launch``
 runs them as one process per node where launch_ros is not installed. Nodes never know which started them.
 
-Arguments (``name:=value``) and their defaults are listed per graph in :data:`ARGUMENTS`.
+Arguments (``name:=value``) and their defaults are listed per graph in :data:`ARGUMENTS`; each has a kind in
+:data:`KINDS` and is converted strictly before any node starts (``dry_run:=ture`` is an error, not ``false``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from diffpolicy_ros import arguments as A
 from diffpolicy_ros import contract as C
+from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
 
 VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
-
-
-@dataclass(frozen=True)
-class TrainerDefaults:
-    """What the ``sim_train`` trainer runs when not told: the policy config and BC length, the demos, and a PPO
-    budget that ends within the hour on a 2-core CPU (image PPO renders both cameras every step: several times
-    slower than state PPO here)."""
-
-    policy_config: str
-    ppo_env_steps: int
-    iters: int = 2000
-    eval_every: int = 500
-    demo_episodes: int = 100
-    eval_episodes: int = 10
-    ppo_config: str = "train/push.yaml"
-    ppo_envs: int = 4
-
-
-OBS_DEFAULTS = {
-    "multimodal": TrainerDefaults("policy/diffusion.yaml", 50_000),  # cameras, proprio, instruction
-    "state": TrainerDefaults("policy/diffusion_state.yaml", 200_000),
-}
-# start:=weak: DPPO's practice of fine-tuning an early BC start (few demos, BC stopped early: ~0.5 success), so
-# PPO has room to show its gain; the push recipe `diffpolicy bench learn --start weak` measured (it reads it
-# from here; docs/experiments.md), run by the graph's trainer: the small state-only policy, 32 PPO workers
-# to 300k env steps, 100 evaluation episodes per point
-WEAK_START = TrainerDefaults(
-    "policy/diffusion_state_small.yaml",
-    307_200,
-    iters=1100,
-    eval_every=1100,
-    demo_episodes=50,
-    eval_episodes=100,
-    ppo_config="train/push_weak.yaml",
-    ppo_envs=32,
-)
-STARTS = ("full", "weak")
 
 ARGUMENTS: dict[str, dict[str, str]] = {
     "sim_train": {
@@ -68,7 +36,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "seed": "0",  # episode i of the sim uses seed + i
         "real_time_factor": "1.0",
         "executor_rate_hz": "10.0",
-        # '' below: the trainer recipe's value (obs, start; TrainerDefaults)
+        # '' below: the trainer recipe's value (obs, start; rl/recipes.py)
         "iters": "",  # BC iterations (2000; weak start 1100)
         "eval_every": "",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
         "first_checkpoint_iter": "50",  # an early, unevaluated BC checkpoint: the arm moves within minutes
@@ -127,6 +95,68 @@ ARGUMENTS: dict[str, dict[str, str]] = {
 }
 
 
+def _joint_names(name: str, value: Any) -> list[str]:
+    names = [j.strip() for j in str(value).strip("[]").split(",") if j.strip()]
+    if len(names) != len(C.ARM_JOINTS):
+        raise ArgumentError(f"argument {name}: expected {len(C.ARM_JOINTS)} comma-separated names, got {names}")
+    return names
+
+
+# The kind of every argument of every graph (one name means one thing in all graphs).
+KINDS: dict[str, A.Kind] = {
+    "device": A.device,
+    "obs": A.choice(OBS_RECIPES),
+    "start": A.choice(STARTS),
+    "policy_config": A.text,
+    "demos": A.text,
+    "checkpoint": A.text,
+    "ddim_steps": A.integer(0),
+    "headless": A.flag,
+    "run_dir": A.text,
+    "task": A.choice(C.TASK_NAMES),
+    "seed": A.integer(0),
+    "real_time_factor": A.POSITIVE,
+    "executor_rate_hz": A.POSITIVE,
+    "iters": A.optional(A.integer(1)),
+    "eval_every": A.optional(A.integer(1)),
+    "first_checkpoint_iter": A.integer(0),
+    "ppo_env_steps": A.optional(A.integer(0)),
+    "ppo_config": A.text,
+    "ppo_envs": A.optional(A.integer(1)),
+    "demo_episodes": A.optional(A.integer(1)),
+    "eval_episodes": A.optional(A.integer(1)),
+    "threads": A.integer(0),
+    "trainer": A.flag,
+    "max_speed": A.POSITIVE,
+    "dry_run": A.flag,
+    "record": A.text,
+    "config": A.text,
+    "cmd_twist_topic": A.topic,
+    "servo_node": A.text,
+    "box_low": A.point,
+    "box_high": A.point,
+    "frame_id": A.nonempty,
+    "max_accel": A.POSITIVE,
+    "max_run_time_s": A.NON_NEGATIVE,
+    "instruction": A.nonempty,
+    "hil": A.flag,
+    "hil_task_state": A.flag,
+    "top_device": A.text,
+    "side_device": A.text,
+    "top_topic": A.topic,
+    "side_topic": A.topic,
+    "joint_states_topic": A.topic,
+    "joint_names": _joint_names,
+    "ee_pose_topic": A.topic,
+    "speed_scaling_topic": A.topic,
+    "bag": A.text,
+    "out": A.nonempty,
+    "rate": A.POSITIVE,
+    "command_topic": A.topic,
+    "delay_s": A.NON_NEGATIVE,
+}
+
+
 @dataclass
 class NodeSpec:
     name: str
@@ -134,28 +164,6 @@ class NodeSpec:
     parameters: dict = field(default_factory=dict)
     remappings: list[tuple[str, str]] = field(default_factory=list)
     required: bool = True
-
-
-def _bool(text: str) -> bool:
-    return str(text).lower() in ("1", "true", "yes", "on")
-
-
-def _choice(args: dict[str, str], name: str, choices: dict) -> str:
-    if args[name] not in choices:
-        raise ValueError(f"argument {name}: {args[name]!r} is not one of {sorted(choices)}")
-    return args[name]
-
-
-def _point(text: str, name: str) -> list[float]:
-    """'[x, y, z]' or 'x,y,z' -> three floats (an error names the argument)."""
-    parts = [p for p in str(text).strip().strip("[]").replace(",", " ").split() if p]
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        values = []
-    if len(values) != 3:
-        raise ValueError(f"argument {name}:={text!r}: expected three numbers, e.g. {name}:='[0.3, -0.2, 0.05]'")
-    return values
 
 
 def load_arguments(name: str, path: str) -> dict[str, str]:
@@ -166,171 +174,166 @@ def load_arguments(name: str, path: str) -> dict[str, str]:
 
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"argument config:={path}: no such file")
-    data = yaml.safe_load(file.read_text()) or {}
+        raise ArgumentError(f"argument config:={path}: no such file")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ArgumentError(f"argument config:={path}: not valid YAML ({exc})".replace("\n", " ")) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{file}: expected a mapping of {name} arguments")
+        raise ArgumentError(f"{file}: expected a mapping of {name} arguments")
     unknown = set(data) - set(ARGUMENTS[name]) - {"config"}
     if unknown:
-        raise ValueError(f"{file}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
+        raise ArgumentError(f"{file}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
     # YAML gives numbers, booleans and lists; graph arguments are strings, as on the command line
     return {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in data.items()}
 
 
-def safety_filter(a: dict[str, str], remappings: list | None = None, **parameters) -> NodeSpec:
-    """The safety filter: executor -> /arm/cmd_twist -> filter -> /arm/cmd_twist_safe (the arm's input)."""
-    params = {"max_speed": float(a["max_speed"]), "dry_run": _bool(a["dry_run"]), **parameters}
-    return NodeSpec("safety_filter", "safety_filter", params, remappings=remappings or [])
+def resolve_arguments(name: str, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """Defaults, then the argument file (``config:=``), then ``overrides``; every value converted by its kind.
+    An unknown graph or argument, or a value not of its kind, is an :class:`ArgumentError` naming it."""
+    if name not in ARGUMENTS:
+        raise ArgumentError(f"unknown graph {name!r}; choose one of {sorted(ARGUMENTS)}")
+    overrides = overrides or {}
+    unknown = set(overrides) - set(ARGUMENTS[name])
+    if unknown:
+        raise ArgumentError(f"unknown argument(s) for {name}: {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
+    raw = {**ARGUMENTS[name], **load_arguments(name, overrides.get("config", "")), **overrides}
+    values = {key: KINDS[key](key, value) for key, value in raw.items()}
+    if values.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
+        values["checkpoint"] = str(Path(values["checkpoint"]).expanduser().resolve())
+    return values
 
 
 def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
-    """The nodes of graph ``name`` with arguments applied (unknown arguments are an error)."""
-    if name not in ARGUMENTS:
-        raise ValueError(f"unknown graph {name!r}; choose one of {sorted(ARGUMENTS)}")
-    unknown = set(overrides or {}) - set(ARGUMENTS[name])
-    if unknown:
-        raise ValueError(f"unknown argument(s) for {name}: {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
-    arguments_file = (overrides or {}).get("config", "")  # only graphs with a 'config' argument (real_arm)
-    a = {**ARGUMENTS[name], **load_arguments(name, arguments_file), **(overrides or {})}
-    if a.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
-        a["checkpoint"] = str(Path(a["checkpoint"]).expanduser().resolve())
-    policy = NodeSpec(
-        "policy_node",
-        "policy_node",
-        {"checkpoint": a["checkpoint"], "device": a["device"], "ddim_steps": int(a["ddim_steps"])},
-    )
-    cameras = [NodeSpec(f"camera_{c}", "camera_node", {"camera_name": c}) for c in ("top", "side")]
-    proprio = NodeSpec("proprio_node", "proprio_node")
+    """The nodes of graph ``name`` with arguments applied (unknown or malformed arguments are an error)."""
+    values = resolve_arguments(name, overrides)
+    return {"sim_train": sim_train, "real_arm": real_arm, "replay_eval": replay_eval}[name](values)
 
-    if name == "sim_train":
-        trainer = OBS_DEFAULTS[_choice(a, "obs", OBS_DEFAULTS)]
-        if _choice(a, "start", dict.fromkeys(STARTS)) == "weak":
-            trainer = WEAK_START
 
-        def recipe(key: str) -> int:  # a trainer argument, or the recipe's value when not given
-            return int(a[key] or getattr(trainer, key))
+# -- the nodes every graph shares -------------------------------------------------------------------------
+def policy_node(a: dict) -> NodeSpec:
+    return NodeSpec("policy_node", "policy_node", {"checkpoint": a["checkpoint"], "device": a["device"],
+                                                   "ddim_steps": a["ddim_steps"]})  # fmt: skip
 
-        sim_time = {"use_sim_time": True}
-        rtf = float(a["real_time_factor"])
-        nodes = [
-            NodeSpec("sim_bridge", "sim_bridge", {"task": a["task"], "seed": int(a["seed"]), "real_time_factor": rtf}),
-            *cameras,
-            proprio,
-            NodeSpec("instruction_node", "instruction_node", {"relay_topic": C.EPISODE_INSTRUCTION_TOPIC}),
-            policy,
-            NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"])}),
-            safety_filter(
-                a,
-                box_low=list(C.WORKSPACE_LOW),
-                box_high=list(C.WORKSPACE_HIGH),
-                # the deadman runs on the steady clock: a slowed-down sim sends commands further apart
-                command_timeout_s=0.25 / min(rtf, 1.0),
-                pose_timeout_s=0.25 / min(rtf, 1.0),
-                # the sim publishes a step's data before its /clock tick: a pose can arrive stamped one control
-                # period ahead of the filter's sim clock (0.1 s, rejected by the default 0.05 s tolerance)
-                future_tolerance_s=C.CONTROL_PERIOD_S + 0.05,
-            ),
-            NodeSpec(
-                "trainer_node",
-                "trainer_node",
-                {
-                    "config": a["policy_config"] or str(config_file(trainer.policy_config)),
-                    "demos": a["demos"],
-                    "device": a["device"],
-                    "run_dir": a["run_dir"],
-                    "task": a["task"],
-                    "iters": recipe("iters"),
-                    "eval_every": recipe("eval_every"),
-                    "first_checkpoint_iter": int(a["first_checkpoint_iter"]),
-                    "ppo_env_steps": recipe("ppo_env_steps"),
-                    "ppo_config": a["ppo_config"] or str(config_file(trainer.ppo_config)),
-                    "ppo_envs": recipe("ppo_envs"),
-                    "demo_episodes": recipe("demo_episodes"),
-                    "eval_episodes": recipe("eval_episodes"),
-                    "torch_threads": int(a["threads"]),
-                },
-                required=False,  # a finished or failed trainer leaves the robot graph running
-            ),
-        ]
-        if not _bool(a["trainer"]):
-            nodes = [n for n in nodes if n.executable != "trainer_node"]
-        for node in nodes:
-            if node.executable != "sim_bridge":  # the bridge publishes /clock; everyone else follows it
-                node.parameters.update(sim_time)
-        if a["record"]:  # the whole run as a bag (receive time, like ros2 bag record)
-            out = str(Path(a["record"]).expanduser().resolve())
-            nodes.append(NodeSpec("bag_recorder", "bag_recorder", {"out": out}, required=False))
-        return nodes
 
-    if name == "real_arm":
-        for cam in cameras:
-            cam_name = cam.parameters["camera_name"]
-            cam.parameters["input_topic"] = a[f"{cam_name}_topic"]
-            if a[f"{cam_name}_device"]:  # a string: '0' is an OpenCV index, not an integer parameter
-                cam.parameters["device"] = a[f"{cam_name}_device"]
-        joint_names = [j.strip() for j in a["joint_names"].strip("[]").split(",") if j.strip()]
-        if len(joint_names) != len(C.ARM_JOINTS):
-            raise ValueError(f"argument joint_names: expected {len(C.ARM_JOINTS)} names, got {joint_names}")
-        proprio.parameters["joint_names"] = joint_names
-        proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
-        policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
-        box = {k: _point(a[k], k) for k in ("box_low", "box_high") if a[k]}
-        arm = []
-        if _bool(a["hil"]):  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in
-            arm = [
-                NodeSpec(
-                    "sim_bridge",
-                    "sim_bridge",
-                    {
-                        "task": a["task"],
-                        "seed": int(a["seed"]),
-                        "driver_mode": True,
-                        "publish_task_state": _bool(a["hil_task_state"]),
-                        "command_topic": a["cmd_twist_topic"],
-                        "frame_id": a["frame_id"],
-                    },
-                )
-            ]
-        for cam in cameras:  # a dead camera leaves the graph up: the filter stops the arm, diagnostics say why
-            cam.required = False
-        return [
-            *arm,
-            *cameras,
-            proprio,
-            NodeSpec("instruction_node", "instruction_node", {"instruction": a["instruction"]}),
-            policy,
-            NodeSpec(
-                "chunk_executor", "chunk_executor", {"rate_hz": float(a["executor_rate_hz"]), "frame_id": a["frame_id"]}
-            ),
-            safety_filter(
-                a,
-                **box,
-                servo_node="" if _bool(a["hil"]) else a["servo_node"],  # the HIL stand-in needs no activation
-                require_box=True,  # refuses to start without an explicit box
-                frame_id=a["frame_id"],
-                max_accel=float(a["max_accel"]),
-                max_run_time_s=float(a["max_run_time_s"]),
-                speed_scaling_topic=a["speed_scaling_topic"],
-                remappings=[(C.CMD_TWIST_SAFE_TOPIC, a["cmd_twist_topic"]), (C.EE_POSE_TOPIC, a["ee_pose_topic"])],
-            ),
-        ]
+def camera_nodes() -> list[NodeSpec]:
+    return [NodeSpec(f"camera_{c}", "camera_node", {"camera_name": c}) for c in C.CAMERAS]
 
-    # replay_eval: the bag player provides /clock and the recorded topics (instruction included); the policy
-    # runs on sim time; the evaluator ends the graph with a report when the bag ends.
+
+def safety_filter(a: dict, remappings: list | None = None, **parameters) -> NodeSpec:
+    """The safety filter: executor -> /arm/cmd_twist -> filter -> /arm/cmd_twist_safe (the arm's input)."""
+    params = {"max_speed": a["max_speed"], "dry_run": a["dry_run"], **parameters}
+    return NodeSpec("safety_filter", "safety_filter", params, remappings=remappings or [])
+
+
+# -- the graphs -----------------------------------------------------------------------------------------------
+def sim_train(a: dict) -> list[NodeSpec]:
+    """The sim as the arm, the robot graph on its clock, and the trainer beside it."""
+    recipe = WEAK_START if a["start"] == "weak" else OBS_RECIPES[a["obs"]]
+
+    def trainer(key: str) -> int:  # a trainer argument, or the recipe's value when not given
+        return a[key] if a[key] is not None else getattr(recipe, key)
+
+    rtf = a["real_time_factor"]
+    nodes = [
+        NodeSpec("sim_bridge", "sim_bridge", {"task": a["task"], "seed": a["seed"], "real_time_factor": rtf}),
+        *camera_nodes(),
+        NodeSpec("proprio_node", "proprio_node"),
+        NodeSpec("instruction_node", "instruction_node", {"relay_topic": C.EPISODE_INSTRUCTION_TOPIC}),
+        policy_node(a),
+        NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": a["executor_rate_hz"]}),
+        safety_filter(
+            a,
+            box_low=list(C.WORKSPACE_LOW),
+            box_high=list(C.WORKSPACE_HIGH),
+            # the deadman runs on the steady clock: a slowed-down sim sends commands further apart
+            command_timeout_s=0.25 / min(rtf, 1.0),
+            pose_timeout_s=0.25 / min(rtf, 1.0),
+            # the sim publishes a step's data before its /clock tick: a pose can arrive stamped one control
+            # period ahead of the filter's sim clock (0.1 s, rejected by the default 0.05 s tolerance)
+            future_tolerance_s=C.CONTROL_PERIOD_S + 0.05,
+        ),
+    ]
+    if a["trainer"]:
+        parameters = {
+            "config": a["policy_config"] or str(config_file(recipe.policy_config)),
+            "demos": a["demos"],
+            "device": a["device"],
+            "run_dir": a["run_dir"],
+            "task": a["task"],
+            "first_checkpoint_iter": a["first_checkpoint_iter"],
+            "ppo_config": a["ppo_config"] or str(config_file(recipe.ppo_config)),
+            "torch_threads": a["threads"],
+        }
+        for key in ("iters", "eval_every", "ppo_env_steps", "ppo_envs", "demo_episodes", "eval_episodes"):
+            parameters[key] = trainer(key)
+        # a finished or failed trainer leaves the robot graph running
+        nodes.append(NodeSpec("trainer_node", "trainer_node", parameters, required=False))
+    for node in nodes[1:]:  # the bridge publishes /clock; everyone else follows it
+        node.parameters["use_sim_time"] = True
+    if a["record"]:  # the whole run as a bag (receive time, like ros2 bag record)
+        out = str(Path(a["record"]).expanduser().resolve())
+        nodes.append(NodeSpec("bag_recorder", "bag_recorder", {"out": out}, required=False))
+    return nodes
+
+
+def real_arm(a: dict) -> list[NodeSpec]:
+    """Cameras and joint states from the cell's drivers, the policy, the executor and the safety filter in front
+    of MoveIt Servo; ``hil:=true`` puts the sim behind a Servo stand-in instead of the arm."""
+    cameras = camera_nodes()
+    for cam in cameras:
+        cam_name = cam.parameters["camera_name"]
+        cam.parameters["input_topic"] = a[f"{cam_name}_topic"]
+        if a[f"{cam_name}_device"]:  # a string: '0' is an OpenCV index, not an integer parameter
+            cam.parameters["device"] = a[f"{cam_name}_device"]
+        cam.required = False  # a dead camera leaves the graph up: the filter stops the arm, diagnostics say why
+    proprio = NodeSpec("proprio_node", "proprio_node", {"joint_names": a["joint_names"]})
+    proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
+    policy = policy_node(a)
+    policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
+    box = {k: a[k] for k in ("box_low", "box_high") if a[k] is not None}
+    arm = []
+    if a["hil"]:  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in
+        sim = {"task": a["task"], "seed": a["seed"], "driver_mode": True, "publish_task_state": a["hil_task_state"],
+               "command_topic": a["cmd_twist_topic"], "frame_id": a["frame_id"]}  # fmt: skip
+        arm = [NodeSpec("sim_bridge", "sim_bridge", sim)]
+    return [
+        *arm,
+        *cameras,
+        proprio,
+        NodeSpec("instruction_node", "instruction_node", {"instruction": a["instruction"]}),
+        policy,
+        NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": a["executor_rate_hz"], "frame_id": a["frame_id"]}),
+        safety_filter(
+            a,
+            **box,
+            servo_node="" if a["hil"] else a["servo_node"],  # the HIL stand-in needs no activation
+            require_box=True,  # refuses to start without an explicit box
+            frame_id=a["frame_id"],
+            max_accel=a["max_accel"],
+            max_run_time_s=a["max_run_time_s"],
+            speed_scaling_topic=a["speed_scaling_topic"],
+            remappings=[(C.CMD_TWIST_SAFE_TOPIC, a["cmd_twist_topic"]), (C.EE_POSE_TOPIC, a["ee_pose_topic"])],
+        ),
+    ]
+
+
+def replay_eval(a: dict) -> list[NodeSpec]:
+    """The bag player provides /clock and the recorded topics (instruction included); the policy runs on sim
+    time; the evaluator ends the graph with a report when the bag ends."""
     for key in ("bag", "checkpoint"):
         if not a[key]:
-            raise ValueError(f"replay_eval needs {key}:=PATH")
+            raise ArgumentError(f"replay_eval needs {key}:=PATH")
     bag = str(Path(a["bag"]).expanduser().resolve())
     out = str(Path(a["out"]).expanduser().resolve())
+    cameras, proprio, policy = camera_nodes(), NodeSpec("proprio_node", "proprio_node"), policy_node(a)
     for node in (*cameras, proprio, policy):
         node.parameters["use_sim_time"] = True
     # the bag's commands are compared with, never sent: the player's command topic goes nowhere else
     player = NodeSpec(
-        "bag_player",
-        "bag_player",
-        {"bag": bag, "rate": float(a["rate"]), "delay_s": float(a["delay_s"]), "clock": True},
+        "bag_player", "bag_player", {"bag": bag, "rate": a["rate"], "delay_s": a["delay_s"], "clock": True},
         required=False,
-    )
+    )  # fmt: skip
     evaluator = NodeSpec(
         "evaluator",
         "evaluator",

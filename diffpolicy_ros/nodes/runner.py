@@ -16,7 +16,9 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
+from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.nodes.graph import NodeSpec, graph
 
 STOP_TIMEOUT_S = 10.0
@@ -117,6 +119,23 @@ def spawn_graph(
     )
 
 
+def graph_node_pid(launch: subprocess.Popen, node_name: str) -> int:
+    """The PID of node ``node_name`` in a graph this process started with :func:`spawn_graph`: a child of that
+    launch process, found through /proc — never by a machine-wide search, which would also match another user's
+    graph on the same robot PC."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != launch.pid:
+                continue
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):  # the process ended while we looked
+            continue
+        if f"__node:={node_name}".encode() in argv:
+            return int(stat.parent.name)
+    raise RuntimeError(f"no node {node_name!r} among the processes of graph {launch.pid}")
+
+
 def stop_graph(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
     """Ctrl-C the whole launch; its exit code, or None if it had to be killed after ``timeout``."""
     os.killpg(proc.pid, signal.SIGINT)
@@ -133,6 +152,6 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition(":=")
         if not sep:
-            raise ValueError(f"arguments are name:=value, got {item!r}")
+            raise ArgumentError(f"arguments are name:=value, got {item!r}")
         overrides[key] = value
     return overrides

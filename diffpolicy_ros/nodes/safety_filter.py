@@ -33,6 +33,7 @@ from diffpolicy_ros.nodes.common import (
     WARN_THROTTLE_S,
     Diagnostics,
     ParameterError,
+    flag,
     parameter,
     positive,
     run_node,
@@ -58,7 +59,7 @@ class SafetyFilterNode(Node):
         rate_hz = parameter(self, "rate_hz", 30.0, positive, "must be > 0")
         nonneg = lambda v: isinstance(v, (int, float)) and v >= 0  # noqa: E731
         box_low, box_high = optional_point(self, "box_low"), optional_point(self, "box_high")
-        require_box = parameter(self, "require_box", False)
+        require_box = flag(self, "require_box", False)
         if require_box and box_low is None:
             raise ParameterError(
                 "safety_filter: parameter 'box_low'/'box_high' not set: this graph refuses to run without an "
@@ -77,13 +78,13 @@ class SafetyFilterNode(Node):
                 future_tolerance_s=parameter(self, "future_tolerance_s", 0.05, nonneg, "must be >= 0"),
                 frame_id=parameter(self, "frame_id", C.WORLD_FRAME, bool, "must not be empty"),
                 max_run_time_s=parameter(self, "max_run_time_s", 0.0, nonneg, "must be >= 0 (0: no limit)"),
-                dry_run=parameter(self, "dry_run", False),
+                dry_run=flag(self, "dry_run", False),
             )
         except ValueError as exc:
             raise ParameterError(f"safety_filter: {exc}") from exc
         # the policy publishes at 10 Hz while its inputs are fresh: three missed chunks mean a stale input
         self.chunk_timeout = parameter(self, "chunk_timeout_s", 0.3, positive, "must be > 0")
-        self.watch_chunks = parameter(self, "watch_policy_chunks", True)
+        self.watch_chunks = flag(self, "watch_policy_chunks", True)
         scaling_topic = parameter(self, "speed_scaling_topic", C.SPEED_SCALING_TOPIC)
         servo_node = parameter(self, "servo_node", "")  # e.g. /servo_node: select TWIST input and unpause it
 

@@ -36,6 +36,7 @@ from diffpolicy_ros.nodes.common import (
     VIEWER_QOS,
     WARN_THROTTLE_S,
     Diagnostics,
+    flag,
     parameter,
     positive,
     run_node,
@@ -54,16 +55,15 @@ class SimBridge(Node):
         self.declare_parameter("seed", 0)
         parameter(self, "control_rate_hz", 1.0 / C.CONTROL_PERIOD_S, positive, "must be > 0")
         parameter(self, "real_time_factor", 1.0, positive, "must be > 0")
-        self.declare_parameter("publish_images", True)
         self.declare_parameter("frame_id", C.WORLD_FRAME)
-        self.driver_mode = bool(parameter(self, "driver_mode", False))
+        self.driver_mode = flag(self, "driver_mode", False)
         command_topic = parameter(self, "command_topic", C.CMD_TWIST_SAFE_TOPIC, bool, "must not be empty")
         self.servo_timeout = parameter(self, "incoming_command_timeout_s", 0.1, positive, "must be > 0")
         self.servo_scale = parameter(self, "servo_scale_linear", C.MAX_SPEED, positive, "must be > 0 (m/s)")
-        self.task_state = bool(parameter(self, "publish_task_state", not self.driver_mode))
+        self.task_state = flag(self, "publish_task_state", not self.driver_mode)
         p = {n: self.get_parameter(n).value for n in ("task", "seed", "control_rate_hz", "real_time_factor")}
         self.frame_id = self.get_parameter("frame_id").value
-        self.images = bool(self.get_parameter("publish_images").value)
+        self.images = flag(self, "publish_images", True)
 
         from diffpolicy_ros.sim import make_env  # MuJoCo: only this node and the trainer need a simulator
 

@@ -24,76 +24,72 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from diffpolicy_ros.assets import config_file
-from diffpolicy_ros.contract import CHECKPOINT_TOPIC
-from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, ParameterError, checked_device, run_node
-from diffpolicy_ros.nodes.graph import OBS_DEFAULTS
+from diffpolicy_ros.config import override
+from diffpolicy_ros.contract import CHECKPOINT_TOPIC, TASK_NAMES
+from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, checked_device, number, parameter, run_node
+from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
+from diffpolicy_ros.rl.recipes import DEFAULT_RECIPE as DEFAULTS  # what it trains when not told (sim_train's)
 from diffpolicy_ros.runs import new_run_dir
 
-DEFAULTS = OBS_DEFAULTS["multimodal"]  # what the node trains when not told, as sim_train's default obs
+MAX_COUNT = 10_000_000  # the upper end of the declared ranges of counts (rclpy ranges need both ends)
 
 
 class TrainerNode(Node):
     def __init__(self):
         super().__init__("trainer_node")
-        self.declare_parameter("config", "")  # default: the multimodal policy (cameras, proprio, text)
-        self.declare_parameter("demos", "")  # a dataset; empty: record demo_episodes with the expert
-        self.declare_parameter("demo_episodes", DEFAULTS.demo_episodes)
-        self.declare_parameter("task", "push")
-        self.declare_parameter("run_dir", "")
-        self.declare_parameter("device", "auto")
-        self.declare_parameter("iters", DEFAULTS.iters)
-        self.declare_parameter("eval_every", DEFAULTS.eval_every)  # BC iterations between evaluations (+ checkpoint)
-        self.declare_parameter("first_checkpoint_iter", 50)  # an early, unevaluated one: the arm moves soon
-        self.declare_parameter("eval_episodes", DEFAULTS.eval_episodes)
-        self.declare_parameter("ppo_config", "")  # default: DEFAULTS.ppo_config
-        self.declare_parameter("ppo_env_steps", DEFAULTS.ppo_env_steps)  # 0: BC only (the graph sizes it by obs)
-        self.declare_parameter("ppo_envs", DEFAULTS.ppo_envs)  # PPO sim workers (they share the CPU with the graph)
-        self.declare_parameter("torch_threads", 1)  # share the CPU with the sim and the policy node
-        g = {
-            n: self.get_parameter(n).value
-            for n in (
-                "config",
-                "demos",
-                "demo_episodes",
-                "task",
-                "run_dir",
-                "device",
-                "iters",
-                "eval_every",
-                "first_checkpoint_iter",
-                "eval_episodes",
-                "ppo_config",
-                "ppo_env_steps",
-                "ppo_envs",
-            )
+        # parameters: declared with their domains (ros2 param describe shows them); a bad value stops the node
+        # here with one line naming it, not mid-training
+        text = {
+            "config": parameter(self, "config", "", why="the policy/BC config (default: the multimodal policy)"),
+            "demos": parameter(self, "demos", "", why="a dataset; empty: record demo_episodes with the expert"),
+            "task": parameter(self, "task", "push", lambda v: v in TASK_NAMES, f"one of {', '.join(TASK_NAMES)}"),
+            "run_dir": parameter(self, "run_dir", ""),
+            "ppo_config": parameter(self, "ppo_config", "", why=f"default: {DEFAULTS.ppo_config}"),
         }
+        device = checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
+        n = {
+            "demo_episodes": number(self, "demo_episodes", DEFAULTS.demo_episodes, 1, MAX_COUNT),
+            "iters": number(self, "iters", DEFAULTS.iters, 1, MAX_COUNT),
+            "eval_every": number(self, "eval_every", DEFAULTS.eval_every, 1, MAX_COUNT,
+                                 description="BC iterations between evaluations (each writes a checkpoint)"),
+            "first_checkpoint_iter": number(self, "first_checkpoint_iter", 50, 0, MAX_COUNT,
+                                            description="an early, unevaluated checkpoint: the arm moves soon"),
+            "eval_episodes": number(self, "eval_episodes", DEFAULTS.eval_episodes, 1, MAX_COUNT),
+            "ppo_env_steps": number(self, "ppo_env_steps", DEFAULTS.ppo_env_steps, 0, MAX_COUNT**2,
+                                    description="0: BC only"),
+            "ppo_envs": number(self, "ppo_envs", DEFAULTS.ppo_envs, 1, 256,
+                               description="PPO sim workers (they share the CPU with the graph)"),
+            "torch_threads": number(self, "torch_threads", 1, 0, 256,
+                                    description="share the CPU with the sim and the policy node (0: torch's default)"),
+        }  # fmt: skip
         # the trainer needs the simulator; imported here so every node module imports on a robot PC without one
         from diffpolicy_ros.rl.bc import load_bc_run
         from diffpolicy_ros.rl.ppo import load_ppo_run
 
-        self.run_dir = Path(g["run_dir"] or new_run_dir("sim_train"))
-        self.run = load_bc_run(g["config"] or config_file(DEFAULTS.policy_config))
-        self.run.train.device = g["device"]
-        self.run.train.iters = int(g["iters"])
-        self.run.train.eval_every = int(g["eval_every"])
-        self.run.train.first_checkpoint_iter = int(g["first_checkpoint_iter"])
-        self.run.train.eval_episodes = self.run.train.final_eval_episodes = int(g["eval_episodes"])
-        self.ppo = load_ppo_run(g["ppo_config"] or config_file(DEFAULTS.ppo_config))
-        self.ppo.task = g["task"]
-        self.ppo.train.device = g["device"]
-        self.ppo.train.total_env_steps = int(g["ppo_env_steps"])
-        self.ppo.train.n_envs = int(g["ppo_envs"])
-        self.ppo.train.eval_episodes = int(g["eval_episodes"])
-        self.params = g
-        for name, minimum in (("demo_episodes", 1), ("iters", 1), ("eval_every", 1), ("first_checkpoint_iter", 0),
-                              ("eval_episodes", 1), ("ppo_env_steps", 0), ("ppo_envs", 1)):  # fmt: skip
-            if int(g[name]) < minimum:
-                raise ParameterError(f"trainer_node: parameter '{name}' = {g[name]!r}: must be >= {minimum}")
-        checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
-        threads = int(self.get_parameter("torch_threads").value)
-        if threads > 0:
-            torch.set_num_threads(threads)
+        self.run_dir = Path(text["run_dir"] or new_run_dir("sim_train"))
+        self.run = load_bc_run(text["config"] or config_file(DEFAULTS.policy_config))
+        self.run.train = override(
+            self.run.train,
+            device=device,
+            iters=n["iters"],
+            eval_every=n["eval_every"],
+            first_checkpoint_iter=n["first_checkpoint_iter"],
+            eval_episodes=n["eval_episodes"],
+            final_eval_episodes=n["eval_episodes"],
+        )
+        self.ppo = load_ppo_run(text["ppo_config"] or config_file(DEFAULTS.ppo_config))
+        self.ppo.task = text["task"]
+        self.ppo.train = override(
+            self.ppo.train,
+            device=device,
+            total_env_steps=n["ppo_env_steps"],
+            n_envs=n["ppo_envs"],
+            eval_episodes=n["eval_episodes"],
+        )
+        self.params = {**text, **n}
+        if n["torch_threads"] > 0:
+            torch.set_num_threads(n["torch_threads"])
 
         self.pub = self.create_publisher(String, CHECKPOINT_TOPIC, LATCHED_QOS)
         self.diag = Diagnostics(self)
@@ -142,11 +138,12 @@ class TrainerNode(Node):
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
 
-    def announce(self, path: Path, metrics: dict) -> None:
+    def announce(self, path: Path, evaluation: dict) -> None:
         # best.pt repeats one just announced; nothing while shutting down
-        if path.name != "best.pt" and rclpy.ok() and self.gate.admit(metrics):
+        if path.name != "best.pt" and rclpy.ok() and self.gate.admit(evaluation):
             self.pub.publish(String(data=str(path.resolve())))
-            score = f"{self.gate.best:.2f}" if self.gate.best >= 0 else "not evaluated yet"
+            best = self.gate.best.success_rate
+            score = f"{best:.2f}" if best is not None else "not evaluated yet"
             self.get_logger().info(f"checkpoint {path} for the policy (eval success {score})")
 
     def on_pause(self, request, response):
@@ -199,22 +196,17 @@ class PhaseRate:
 
 class BetterCheckpoints:
     """Which checkpoints the robot is given: the first one (an early BC checkpoint, unevaluated: something to
-    run), then only those whose evaluation beats every one given before — through BC and PPO alike, so a
-    worse PPO iteration never replaces a better policy on the arm."""
+    run), then only those whose held-out evaluation is the best so far (rl/best.py) — through BC and PPO alike,
+    so a worse PPO iteration never replaces a better policy on the arm."""
 
     def __init__(self):
-        self.best = -1.0
+        self.best = BestEvaluation()
         self.given = 0
 
-    def admit(self, metrics: dict) -> bool:
-        # PPO rows carry the rollout's success and, when evaluated, eval_success_rate; BC's metrics are its eval
-        score = metrics.get("eval_success_rate", metrics.get("success_rate"))
-        evaluated = isinstance(score, (int, float))
-        if self.given and not (evaluated and score > self.best):
+    def admit(self, evaluation: dict) -> bool:
+        if not self.best.offer(evaluation) and self.given:
             return False
         self.given += 1
-        if evaluated:
-            self.best = float(score)
         return True
 
 

@@ -10,6 +10,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -17,14 +18,25 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
-from diffpolicy_ros.config import from_dict, to_dict
+from diffpolicy_ros.config import (
+    COUNT,
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    Checked,
+    Domain,
+    from_dict,
+    to_dict,
+)
 from diffpolicy_ros.contract import EXECUTE_HORIZON
-from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.data.episodes import DatasetError, EpisodeDataset
 from diffpolicy_ros.device import resolve_device
 from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
 from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
+from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, new_run_dir
 
@@ -32,7 +44,7 @@ CSV_FIELDS = ("iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "ev
 
 
 @dataclass
-class BCConfig:
+class BCConfig(Checked):
     iters: int = 4000
     batch_size: int = 64
     lr: float = 1e-3
@@ -55,6 +67,13 @@ class BCConfig:
     # (roles: image_top, image_side, joint_states, object_pose, goal_pose, instruction), and the command topic
     bag_topics: dict = field(default_factory=dict)
     bag_command_topic: str = "/arm/cmd_twist"
+
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "iters": COUNT, "batch_size": COUNT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+        "warmup_iters": NON_NEGATIVE_INT, "ema_decay": FRACTION, "grad_clip": POSITIVE, "image_shift": NON_NEGATIVE_INT,
+        "eval_every": COUNT, "first_checkpoint_iter": NON_NEGATIVE_INT, "eval_episodes": COUNT,
+        "final_eval_episodes": COUNT, "execute_horizon": COUNT, "log_every": COUNT, "seed": NON_NEGATIVE_INT,
+    }  # fmt: skip
 
 
 @dataclass
@@ -143,7 +162,7 @@ def train_bc(
     spec.active().action_dim = dataset.action.shape[1]
     obs_mode = run.obs_mode()
     if fusion.use_images and "image_top" not in dataset.obs:
-        raise ValueError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
+        raise DatasetError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
     horizon = spec.active().horizon
     targets = chunk_targets(dataset, horizon)
     obs_np = {k: v for k, v in dataset.obs.items() if obs_mode == "image" or not k.startswith("image_")}
@@ -166,14 +185,16 @@ def train_bc(
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
     logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
 
-    def checkpoint(name: str, it: int, metrics: dict) -> Path:
+    def checkpoint(name: str, it: int, evaluation: dict) -> Path:
+        """``evaluation``: the held-out evaluation of the weights being saved ({} when they were not evaluated)."""
         meta = CheckpointMeta(
             source="bc",
             task=task,
             obs_mode=obs_mode,
             execute_horizon=cfg.execute_horizon,
             config=to_dict(run),
-            metrics=metrics,
+            metrics={"iter": it, **evaluation},
+            evaluation=evaluation_record(evaluation),
             data=str(data_path),
         )
         train_state = None  # best.pt is deployable: the EMA weights, config and normalizers
@@ -185,7 +206,7 @@ def train_bc(
                 "iter": it,
             }
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
-        hooks.on_checkpoint(path, metrics)
+        hooks.on_checkpoint(path, meta.evaluation)
         return path
 
     def evaluate(episodes: int) -> dict:
@@ -202,13 +223,13 @@ def train_bc(
 
     # -- loop -------------------------------------------------------------------------------------
     start = time.perf_counter()
-    best, last_eval, losses = -1.0, {}, []
+    best, last_eval, losses = BestEvaluation(), {}, []
     bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not progress)
     for it in bar:
         hooks.running.wait()  # paused by the host
         if hooks.stop.is_set():  # asked to stop: keep what was learned, skip the final evaluation
             if losses:
-                checkpoint("last.pt", it, last_eval)
+                checkpoint("last.pt", it, {})  # trained past its last evaluation: unevaluated
             break
         policy.train()
         idx = rng.integers(0, dataset.n_steps, cfg.batch_size)
@@ -225,7 +246,7 @@ def train_bc(
 
         if hooks.save_now.is_set() or it + 1 == cfg.first_checkpoint_iter:
             hooks.save_now.clear()
-            checkpoint("last.pt", it + 1, last_eval)
+            checkpoint("last.pt", it + 1, {})
         if (it + 1) % cfg.log_every == 0:
             mean_loss = float(np.mean(losses[-cfg.log_every :]))
             hooks.progress.update(loss=mean_loss)
@@ -246,8 +267,7 @@ def train_bc(
                 }
             )
             checkpoint("last.pt", it + 1, last_eval)
-            if last_eval["success_rate"] > best:
-                best = last_eval["success_rate"]
+            if best.offer(last_eval):
                 checkpoint("best.pt", it + 1, last_eval)
     logger.close()
     return {
@@ -257,7 +277,7 @@ def train_bc(
         "iters": len(losses),
         "final_loss": float(np.mean(losses[-cfg.log_every :])) if losses else float("nan"),
         "final_eval": last_eval,
-        "best_success_rate": best,
+        "best_success_rate": best.success_rate,
         "train_wall_s": round(time.perf_counter() - start, 1),
         "run_dir": str(run_dir),
         "checkpoint": str(run_dir / "checkpoints" / "last.pt"),

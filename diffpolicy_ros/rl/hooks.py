@@ -16,5 +16,6 @@ class TrainHooks:
         self.save_now = threading.Event()
         self.progress: dict = {}
 
-    def on_checkpoint(self, path: Path, metrics: dict) -> None:
-        """Called after each checkpoint is written (override or assign)."""
+    def on_checkpoint(self, path: Path, evaluation: dict) -> None:
+        """Called after each checkpoint is written (override or assign); ``evaluation``: the held-out evaluation
+        of its weights (rl/best.py: evaluation_record), {} when it has none."""

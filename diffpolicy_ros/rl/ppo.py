@@ -36,13 +36,27 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from diffpolicy_ros.config import from_dict, load_yaml, to_dict
+from diffpolicy_ros.config import (
+    COUNT,
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    OPEN_FRACTION,
+    POSITIVE,
+    Checked,
+    ConfigError,
+    Domain,
+    from_dict,
+    load_yaml,
+    to_dict,
+)
 from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.device import autocast_settings, device_type
 from diffpolicy_ros.eval.rollout import evaluate_policy
@@ -59,6 +73,7 @@ from diffpolicy_ros.models.heads import apply_sampler
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.actor_critic import ActorCritic
+from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
@@ -81,15 +96,22 @@ CSV_FIELDS = (
 
 
 @dataclass
-class SamplerOverrides:
+class SamplerOverrides(Checked):
     ddim_steps: int | None = None  # denoising steps while fine-tuning (and when deployed after it)
     finetune_steps: int | None = None  # K': the last K' denoising steps carry the likelihood
     eta: float | None = 1.0  # DDIM eta while fine-tuning (BC policies deploy with eta 0)
     min_std: float | None = None  # floor of the per-step sampling/likelihood std (also the Gaussian head's)
 
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "ddim_steps": Domain(1, integer=True, optional=True),
+        "finetune_steps": Domain(1, integer=True, optional=True),
+        "eta": Domain(0, optional=True),
+        "min_std": Domain(0, optional=True),
+    }
+
 
 @dataclass
-class PPOConfig:
+class PPOConfig(Checked):
     # -- rollouts (one decision = one chunk; an iteration = n_envs * rollout_steps decisions per rank)
     total_env_steps: int = 200_000
     n_envs: int = 16
@@ -144,11 +166,22 @@ class PPOConfig:
     device: str = "auto"
     amp: bool = True  # bf16/fp16 autocast on npu/cuda (off on the CPU)
 
+    DOMAINS: ClassVar[dict[str, Domain]] = {
+        "total_env_steps": NON_NEGATIVE_INT, "n_envs": COUNT, "rollout_steps": COUNT, "execute_horizon": COUNT,
+        "gamma": FRACTION, "gae_lambda": FRACTION, "update_epochs": COUNT, "micro_batch": COUNT, "grad_accum": COUNT,
+        "clip_coef": POSITIVE, "clip_coef_first": Domain(0, low_open=True, optional=True),
+        "clip_schedule_rate": NON_NEGATIVE, "gamma_denoising": FRACTION, "pair_fraction": OPEN_FRACTION,
+        "value_clip": POSITIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE, "actor_lr": NON_NEGATIVE,
+        "critic_lr": POSITIVE, "critic_warmup_iters": NON_NEGATIVE_INT,
+        "target_kl": Domain(0, low_open=True, optional=True), "reward_scale": POSITIVE,
+        "reward_centering_step": OPEN_FRACTION, "critic_hidden": COUNT,
+        "eval_every": NON_NEGATIVE_INT,  # 0: only at the end
+        "eval_episodes": COUNT, "checkpoint_every": COUNT, "keep_last": COUNT, "seed": NON_NEGATIVE_INT,
+    }  # fmt: skip
+
     def __post_init__(self) -> None:
-        if not 0.0 < self.pair_fraction <= 1.0:
-            raise ValueError(f"pair_fraction must be in (0, 1], got {self.pair_fraction}")
-        if self.clip_coef <= 0 or (self.clip_coef_first is not None and self.clip_coef_first <= 0):
-            raise ValueError(f"clip_coef and clip_coef_first must be > 0, got {self.clip_coef}, {self.clip_coef_first}")
+        if not isinstance(self.sampler, SamplerOverrides):
+            raise ConfigError(f"PPOConfig.sampler: expected a mapping of {list(SamplerOverrides.DOMAINS)}")
 
 
 @dataclass
@@ -273,7 +306,7 @@ class PPOTrainer:
         self.iteration = 0
         self.env_steps = 0
         self.nonfinite_updates = 0
-        self.best_success = -1.0
+        self.best = BestEvaluation()  # rl/best.py: the best held-out evaluation, never a rollout's success
         self.last_eval: dict = {}
         if resume_ckpt is not None:
             self._load_train_state(resume_ckpt, str(resume))
@@ -307,7 +340,7 @@ class PPOTrainer:
         state_dim = obs_space["proprio"].shape[0] + (4 if "goals" in obs_space.spaces else 0)
         fusion = active.fusion
         if (fusion.proprio_dim + fusion.extra_state_dim, active.action_dim) != (state_dim, act_space.shape[-1]):
-            raise ValueError(
+            raise ConfigError(
                 f"the policy (state {fusion.proprio_dim + fusion.extra_state_dim}, actions {active.action_dim}) "
                 f"does not fit task {self.run.task!r} (state {state_dim}, actions {act_space.shape[-1]})"
             )
@@ -567,7 +600,9 @@ class PPOTrainer:
         result.pop("per_episode")
         return result
 
-    def save(self, metrics: dict, best: bool = False) -> Path | None:
+    def save(self, metrics: dict, evaluation: dict, best: bool = False) -> Path | None:
+        """``evaluation``: the held-out evaluation of the current weights ({} when not evaluated at this iteration);
+        ``best``: it beats every evaluation before it, so best.pt is written too."""
         cfg = self.run.train
         mine = {"torch": torch.get_rng_state(), "sample": self.sample_gen.get_state()}
         rng = distributed.gather_objects(self.dist, {**mine, "shuffle": self.shuffle_gen.get_state()})
@@ -580,6 +615,7 @@ class PPOTrainer:
             execute_horizon=cfg.execute_horizon,
             config=to_dict(self.run),
             metrics=metrics,
+            evaluation=evaluation,
         )
         payload = make_payload(
             self.spec,
@@ -593,7 +629,7 @@ class PPOTrainer:
                 "iteration": self.iteration,
                 "env_steps": self.env_steps,
                 "nonfinite_updates": self.nonfinite_updates,
-                "best_success": self.best_success,
+                "best_success": self.best.success_rate,
                 "reward_centering": self.centerer.state_dict(),
                 "rng": rng,
             },
@@ -604,7 +640,7 @@ class PPOTrainer:
             old.unlink(missing_ok=True)
         if best:  # deployable: no optimizer, critic or RNG state (iter_*.pt hold those for --resume)
             save_checkpoint(ckpt_dir / "best.pt", {k: v for k, v in payload.items() if k != "train_state"})
-        self.hooks.on_checkpoint(path, metrics)
+        self.hooks.on_checkpoint(path, evaluation)
         return path
 
     def _load_train_state(self, ckpt: dict, path: str) -> None:
@@ -617,7 +653,9 @@ class PPOTrainer:
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
-        self.nonfinite_updates, self.best_success = int(state["nonfinite_updates"]), float(state["best_success"])
+        self.nonfinite_updates = int(state["nonfinite_updates"])
+        best = state["best_success"]
+        self.best = BestEvaluation(None if best is None or best < 0 else float(best))  # < 0: older files, none yet
         self.centerer.load_state_dict(state["reward_centering"])
         rng = state["rng"]
         if len(rng) != self.dist.world_size:
@@ -695,22 +733,23 @@ class PPOTrainer:
                 env_steps_per_s=metrics["env_steps_per_s"],
             )
             is_last = self.iteration == total
-            score = metrics["success_rate"]
+            evaluation: dict = {}  # the held-out evaluation of this iteration's weights, if one is due
             if self.dist.is_main and ((cfg.eval_every and self.iteration % cfg.eval_every == 0) or is_last):
                 self.last_eval = self.evaluate(cfg.eval_episodes)
-                metrics["eval_success_rate"] = score = self.last_eval["success_rate"]
-                self.hooks.progress.update(success_rate=score, success_ci95=self.last_eval.get("success_ci95", ()))
-            score = distributed.broadcast_object(self.dist, score)
+                evaluation = evaluation_record(self.last_eval)
+                metrics["eval_success_rate"] = evaluation["success_rate"]
+                self.hooks.progress.update(
+                    success_rate=evaluation["success_rate"], success_ci95=self.last_eval.get("success_ci95", ())
+                )
+            improved = distributed.broadcast_object(self.dist, self.best.offer(evaluation))
             if self.dist.is_main:
                 logger.row(metrics)
                 ci95 = self.last_eval.get("success_ci95") if metrics["eval_success_rate"] != "" else None
                 bar.write(_log_line(metrics, ci95), file=sys.stderr)
             bar.update(1)
-            improved = score > self.best_success
-            self.best_success = max(self.best_success, score)
             if self.iteration % cfg.checkpoint_every == 0 or is_last or improved or self.hooks.save_now.is_set():
                 self.hooks.save_now.clear()
-                self.save(metrics, best=improved)
+                self.save(metrics, evaluation, best=improved)
         bar.close()
         ranks_in_sync = distributed.in_sync(self.dist, self.agent)
         if logger is not None:
@@ -723,7 +762,7 @@ class PPOTrainer:
             "env_steps": self.env_steps,
             "final": metrics,
             "final_eval": self.last_eval,
-            "best_success_rate": self.best_success,
+            "best_success_rate": self.best.success_rate,
             "nonfinite_updates": self.nonfinite_updates,
             "world_size": self.dist.world_size,
             "ranks_in_sync": ranks_in_sync,
@@ -781,7 +820,7 @@ def train_ppo(
     """``resume``: a checkpoint path, or ``'auto'`` for the newest in ``run_dir`` (fresh start if none)."""
     if resume == "auto":
         if run_dir is None:
-            raise ValueError("--resume auto needs --run-dir (the run to continue)")
+            raise ConfigError("--resume auto needs --run-dir (the run to continue)")
         found = latest_checkpoint(run_dir)
         resume = str(found) if found else None
         # say which: a resume that silently trains from scratch wastes a day

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diffpolicy_ros.contract import CONTROL_PERIOD_S, MAX_SPEED, WORLD_FRAME
+from diffpolicy_ros.errors import UserError
 
 STATES = ("waiting", "active", "dry_run", "estop", "timeout")
 
@@ -67,17 +68,17 @@ class SafetyLimits:
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"safety limit {name} must be a finite number > 0, got {value!r}")
+                raise UserError(f"safety limit {name} must be a finite number > 0, got {value!r}")
         if (self.box_low is None) != (self.box_high is None):
-            raise ValueError("safety box: give both box_low and box_high, or neither")
+            raise UserError("safety box: give both box_low and box_high, or neither")
         if self.box_low is not None:
             low, high = np.asarray(self.box_low, float), np.asarray(self.box_high, float)
             if low.shape != (3,) or high.shape != (3,) or not np.all(np.isfinite(low) & np.isfinite(high)):
-                raise ValueError("safety box: box_low and box_high must be 3 finite numbers each")
+                raise UserError("safety box: box_low and box_high must be 3 finite numbers each")
             if np.any(low >= high):
-                raise ValueError(f"safety box: box_low {low.tolist()} must be below box_high {high.tolist()}")
+                raise UserError(f"safety box: box_low {low.tolist()} must be below box_high {high.tolist()}")
         if self.max_run_time_s < 0 or self.future_tolerance_s < 0 or self.pose_jump_tolerance_m < 0:
-            raise ValueError("max_run_time_s, future_tolerance_s and pose_jump_tolerance_m must be >= 0")
+            raise UserError("max_run_time_s, future_tolerance_s and pose_jump_tolerance_m must be >= 0")
 
     @property
     def has_box(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from diffpolicy_ros.cli import default_threads
+from diffpolicy_ros.device import default_threads
 
 
 def test_bench_threads_measures_each_count_quiet_and_beside_a_busy_process(run_cli):

@@ -151,7 +151,7 @@ def test_sim_train_trains_the_multimodal_policy_unless_asked_for_state(tmp_path)
     assert config.endswith("config/policy/diffusion_state.yaml") and ppo_env_steps == 200_000
     mine = str(tmp_path / "mine.yaml")
     assert trainer(obs="state", policy_config=mine, ppo_env_steps="0") == (mine, 0)
-    with pytest.raises(ValueError, match="argument obs: 'rgb' is not one of"):
+    with pytest.raises(ValueError, match="argument obs:='rgb': expected one of multimodal, state"):
         graph("sim_train", {"obs": "rgb"})
 
 
@@ -175,5 +175,5 @@ def test_sim_train_weak_start_runs_the_bench_weak_recipe_and_arguments_still_win
     )  # fmt: skip
     assert trainer(start="weak", iters="900", ppo_envs="8")["iters"] == 900
     assert trainer(start="weak", iters="900", ppo_envs="8")["ppo_envs"] == 8
-    with pytest.raises(ValueError, match="argument start: 'strong' is not one of"):
+    with pytest.raises(ValueError, match="argument start:='strong': expected one of full, weak"):
         graph("sim_train", {"start": "strong"})

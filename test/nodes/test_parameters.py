@@ -32,3 +32,30 @@ def test_a_bad_parameter_stops_the_node_with_one_line_naming_it(module, param, n
     assert out.returncode == 2, out.stderr[-2000:]
     assert f"parameter '{name}'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    ("module", "param", "name"),
+    [
+        ("safety_filter", "dry_run:=ture", "dry_run"),
+        ("safety_filter", "dry_run:=maybe", "dry_run"),
+        ("sim_bridge", "driver_mode:=2", "driver_mode"),
+        ("camera_node", "crop_square:=sometimes", "crop_square"),
+        ("trainer_node", "eval_every:=0", "eval_every"),
+        ("trainer_node", "ppo_envs:=-4", "ppo_envs"),
+    ],
+)
+def test_a_malformed_boolean_or_out_of_range_number_stops_the_node(module, param, name):
+    out = start_node(module, param)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"parameter {name}" in out.stderr or f"parameter '{name}'" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.quick
+def test_the_usual_boolean_forms_are_accepted_by_a_node():
+    # dry_run:=1 and :=yes reach the filter as true; it then stops only for its missing box (require_box)
+    for value in ("1", "yes", "true"):
+        out = start_node("safety_filter", f"dry_run:={value}", "require_box:=true")
+        assert out.returncode == 2 and "box" in out.stderr and "dry_run" not in out.stderr, out.stderr[-2000:]

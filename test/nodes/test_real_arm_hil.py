@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
-from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+from diffpolicy_ros.nodes.runner import graph_node_pid, spawn_graph, stop_graph
 
 REPO = Path(__file__).resolve().parents[2]
 SERVO = "/servo_node/delta_twist_cmds"
@@ -36,12 +35,6 @@ def spin_for(node, seconds: float, until=None) -> bool:
         if until is not None and until():
             return True
     return False
-
-
-def node_pid(name: str) -> int:
-    out = subprocess.run(["pgrep", "-f", f"__node:={name}"], capture_output=True, text=True).stdout.split()
-    assert out, f"no process for {name}"
-    return int(out[0])
 
 
 @pytest.mark.slow
@@ -108,7 +101,7 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path):
         camera, deadline = None, time.monotonic() + 30
         while camera is None and time.monotonic() < deadline:
             try:
-                camera = node_pid("camera_side")
+                camera = graph_node_pid(graph, "camera_side")
             except AssertionError:
                 time.sleep(0.1)
         os.kill(camera, signal.SIGSTOP)
@@ -164,7 +157,7 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path):
         # 5. killing a camera node stops the arm within the policy's input age plus the filter's chunk
         #    timeout (0.35 s + 0.3 s), and nothing moves after that
         assert spin_for(node, 5.0, moving), "not moving before the camera kill"
-        os.kill(node_pid("camera_top"), signal.SIGKILL)
+        os.kill(graph_node_pid(graph, "camera_top"), signal.SIGKILL)
         killed = time.monotonic()
         spin_for(node, 3.0)
         stopped_at = next(t for t, m in out if t > killed and speed(m) == 0)

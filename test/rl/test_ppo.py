@@ -306,9 +306,10 @@ def test_train_ppo_command_and_plot(tmp_path, run_cli):
     config.write_text(yaml.safe_dump({**TINY_RUN, "train": {**TINY_RUN["train"], "total_env_steps": 320}}))
     result = run_cli("train-ppo", "--config", config, "--run-dir", tmp_path / "run")
     assert result["iterations"] == 2 and result["env_steps"] == 320
-    assert 0.0 <= result["final_eval"]["success_rate"] <= 1.0
+    assert result["final_eval"]["episodes"] == 4 and result["best_success_rate"] == result["final_eval"]["success_rate"]
     policy, ckpt = load_policy(tmp_path / "run" / "checkpoints" / "best.pt")  # deployable as saved
     assert ckpt["policy_spec"]["diffusion"]["stochastic"] is True
+    assert ckpt["meta"]["evaluation"]["success_rate"] == result["final_eval"]["success_rate"]
     again = run_cli("train-ppo", "--config", config, "--run-dir", tmp_path / "run", "--resume", "auto")
     assert again["iterations"] == 2  # already done: resumed at the end, nothing to run
     out = subprocess.run(
@@ -343,3 +344,68 @@ def test_reward_centering_tracks_the_average_reward_and_resumes(tmp_path):
 def test_every_shipped_train_config_loads(path):
     run = load_ppo_run(path)  # an unknown or misspelt option is an error naming it
     assert run.task in TASKS
+
+
+@pytest.mark.quick
+def test_best_pt_is_the_best_held_out_evaluation_never_a_rollouts_success(tmp_path):
+    """A lucky rollout (exploration, training seeds) must not block later real improvements: only evaluations
+    count, and best.pt carries the evaluation that made it best."""
+    run = tiny_run(total_env_steps=4 * 160, eval_every=2)  # 4 iterations, evaluated at 2 and 4
+    trainer = PPOTrainer(run, tmp_path, progress=False)
+    evaluations = iter([0.5, 0.25])
+
+    def evaluate(episodes: int) -> dict:
+        rate = next(evaluations)
+        return {"task": "point_mass", "episodes": episodes, "seed": 10_000, "success_rate": rate,
+                "success_ci95": (0.0, 1.0), "mean_return": 0.0}  # fmt: skip
+
+    trainer.evaluate = evaluate
+    trainer.train(until_iteration=1)
+    best = tmp_path / "checkpoints" / "best.pt"
+    assert not best.exists()  # iteration 1 had rollouts but no evaluation: nothing is "best" yet
+    result = trainer.train()
+    meta = load_checkpoint(best)["meta"]
+    assert meta["evaluation"]["success_rate"] == 0.5 and meta["metrics"]["iteration"] == 2  # not the later 0.25
+    assert result["best_success_rate"] == 0.5
+    unevaluated = load_checkpoint(tmp_path / "checkpoints" / "iter_000003.pt")["meta"]
+    assert unevaluated["evaluation"] == {}  # weights that were never evaluated carry no evaluation
+
+
+@pytest.mark.quick
+def test_best_evaluation_counts_only_evaluations_and_keeps_the_earlier_of_a_tie():
+    from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
+
+    best = BestEvaluation()
+    assert not best.offer({}) and not best.offer(None) and best.success_rate is None
+    assert best.offer({"success_rate": 0.4}) and not best.offer({"success_rate": 0.4})
+    assert best.offer({"success_rate": 0.7}) and not best.offer({"success_rate": 0.6}) and best.success_rate == 0.7
+    record = evaluation_record({"task": "push", "episodes": 50, "seed": 10_000, "success_rate": 0.8,
+                                "success_ci95": (0.67, 0.89), "per_episode": [], "wall_s": 3.0})  # fmt: skip
+    assert record == {"task": "push", "episodes": 50, "seed": 10_000, "success_rate": 0.8, "success_ci95": [0.67, 0.89]}
+    assert evaluation_record(None) == {} and evaluation_record({"episodes": 3}) == {}
+
+
+@pytest.mark.quick
+def test_configs_check_every_field_with_a_domain_after_every_override():
+    import dataclasses
+
+    from diffpolicy_ros.config import ConfigError, override
+    from diffpolicy_ros.rl.bc import BCConfig
+    from diffpolicy_ros.rl.ppo import PPOConfig, SamplerOverrides
+
+    for bad in ({"eval_every": 0}, {"iters": -1}, {"lr": 0.0}, {"ema_decay": 1.5}, {"device": "gpu"}):
+        with pytest.raises(ConfigError, match=f"BCConfig.{next(iter(bad))}"):
+            BCConfig(**bad)
+    for bad in ({"checkpoint_every": 0}, {"gamma": 1.2}, {"pair_fraction": 0.0}, {"n_envs": 2.5}, {"seed": -1}):
+        with pytest.raises(ConfigError, match=f"PPOConfig.{next(iter(bad))}"):
+            PPOConfig(**bad)
+    cfg = PPOConfig()
+    with pytest.raises(ConfigError, match="PPOConfig.checkpoint_every = 0"):
+        cfg.checkpoint_every = 0  # a CLI, node or bench override set on the built object is checked too
+    with pytest.raises(ConfigError, match="PPOConfig.eval_episodes"):
+        dataclasses.replace(cfg, eval_episodes=0)
+    assert override(cfg, eval_every=None, n_envs=8).n_envs == 8 and cfg.n_envs == 16  # None: not given
+    with pytest.raises(ConfigError, match="SamplerOverrides.ddim_steps"):
+        SamplerOverrides(ddim_steps=0)
+    with pytest.raises(ConfigError, match="PPOConfig.sampler"):
+        PPOConfig(sampler={"ddim_steps": 5})

@@ -1,0 +1,39 @@
+"""The one meaning of "best": the highest success on a held-out evaluation.
+
+BC's ``best.pt``, PPO's ``best.pt`` and the checkpoints the trainer node hands the robot all use
+:class:`BestEvaluation`. A rollout's own success (exploration noise, training seeds, a handful of episodes)
+never counts, and neither does a checkpoint saved without an evaluation of its weights.
+"""
+
+from __future__ import annotations
+
+# What a checkpoint carries of the held-out evaluation of its own weights (CheckpointMeta.evaluation); the deploy
+# gate and `diffpolicy eval` read the same keys.
+EVALUATION_KEYS = ("task", "episodes", "seed", "success_rate", "success_ci95", "mean_return")
+
+
+def evaluation_record(result: dict | None) -> dict:
+    """The part of an ``evaluate_policy`` result a checkpoint stores; {} for no evaluation."""
+    if not result or "success_rate" not in result:
+        return {}
+    record = {k: result[k] for k in EVALUATION_KEYS if k in result}
+    if "success_ci95" in record:
+        record["success_ci95"] = [float(v) for v in record["success_ci95"]]
+    return record
+
+
+class BestEvaluation:
+    """The best held-out evaluation so far. :meth:`offer` says whether an evaluation beats every one before it
+    (ties keep the earlier one); ``None`` or ``{}`` — no evaluation — never does."""
+
+    def __init__(self, success_rate: float | None = None):
+        self.success_rate = success_rate
+
+    def offer(self, evaluation: dict | None) -> bool:
+        if not evaluation or "success_rate" not in evaluation:
+            return False
+        score = float(evaluation["success_rate"])
+        if self.success_rate is not None and score <= self.success_rate:
+            return False
+        self.success_rate = score
+        return True
