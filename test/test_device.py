@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from diffpolicy_ros import device as dev
+from diffpolicy_ros.errors import UserError
 
 
 @pytest.mark.quick
@@ -24,10 +25,10 @@ def test_explicit_requests():
     with pytest.raises(ValueError):
         dev.resolve_device("tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="cuda"):
+        with pytest.raises(UserError, match="cuda"):
             dev.resolve_device("cuda")
     if not dev.npu_available():
-        with pytest.raises(RuntimeError, match="npu"):
+        with pytest.raises(UserError, match="npu"):
             dev.resolve_device("npu")
 
 
