@@ -361,10 +361,7 @@ def _threads_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="diffpolicy", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo",
         formatter_class=_HelpFormatter,
@@ -384,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
     demo.set_defaults(func=cmd_demo)
 
+
+def _add_train_bc(sub: argparse._SubParsersAction) -> None:
     bc = sub.add_parser(
         "train-bc",
         formatter_class=_HelpFormatter,
@@ -405,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     _threads_option(bc)
     bc.set_defaults(func=cmd_train_bc)
 
+
+def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
     ppo = sub.add_parser(
         "train-ppo",
         formatter_class=_HelpFormatter,
@@ -423,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     _threads_option(ppo)
     ppo.set_defaults(func=cmd_train_ppo)
 
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
     plot = sub.add_parser(
         "plot", formatter_class=_HelpFormatter, help="write RUN_DIR/curves.png from a training run's metrics.csv"
     )
@@ -430,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", type=Path, default=None)
     plot.set_defaults(func=cmd_plot)
 
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "eval", formatter_class=_HelpFormatter, help="closed-loop evaluation of a checkpoint in the sim"
     )
@@ -447,11 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     _threads_option(ev)
     ev.set_defaults(func=cmd_eval)
 
-    from diffpolicy_ros.nodes.graph import ARGUMENTS  # plain data: no ROS import
 
-    graph_args = "\n".join(
-        f"  {name}:\n" + "\n".join(f"    {k}:={v!r}" for k, v in args.items()) for name, args in ARGUMENTS.items()
-    )
+def _add_record(sub: argparse._SubParsersAction) -> None:
     rec = sub.add_parser(
         "record", formatter_class=_HelpFormatter, help="record live ROS topics to a rosbag2 bag (Ctrl-C stops)"
     )
@@ -462,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
     rec.set_defaults(func=cmd_record)
 
+
+def _add_eval_bag(sub: argparse._SubParsersAction) -> None:
     evb = sub.add_parser(
         "eval-bag",
         formatter_class=_HelpFormatter,
@@ -480,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     _threads_option(evb)
     evb.set_defaults(func=cmd_eval_bag)
 
+
+def _add_launch(sub: argparse._SubParsersAction) -> None:
+    from diffpolicy_ros.nodes.graph import ARGUMENTS  # plain data: no ROS import
+
+    graph_args = "\n".join(
+        f"  {name}:\n" + "\n".join(f"    {k}:={v!r}" for k, v in args.items()) for name, args in ARGUMENTS.items()
+    )
     launch = sub.add_parser(
         "launch",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -490,10 +501,26 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("arguments", nargs="*", help="name:=value graph arguments")
     launch.set_defaults(func=cmd_launch)
 
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser(
         "bench", formatter_class=_HelpFormatter, help="benchmarks; each prints one JSON object with --json"
     )
     bench_sub = bench.add_subparsers(dest="bench", required=True)
+    for add in (
+        _add_bench_sim,
+        _add_bench_policy,
+        _add_bench_learn,
+        _add_bench_ros,
+        _add_bench_startup,
+        _add_bench_threads,
+        _add_bench_safety,
+        _add_bench_hil,
+    ):
+        add(bench_sub)
+
+
+def _add_bench_sim(bench_sub: argparse._SubParsersAction) -> None:
     bsim = bench_sub.add_parser(
         "sim", formatter_class=_HelpFormatter, help="physics / env / render / vectorized env throughput"
     )
@@ -502,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     bsim.add_argument("--seed", type=int, default=0)
     bsim.add_argument("--json", action="store_true")
     bsim.set_defaults(func=cmd_bench_sim)
+
+
+def _add_bench_policy(bench_sub: argparse._SubParsersAction) -> None:
     bpol = bench_sub.add_parser(
         "policy", formatter_class=_HelpFormatter, help="observation -> chunk latency (DDIM-10/20, batch 1 and 32)"
     )
@@ -512,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     bpol.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the policy node's)")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
+
+
+def _add_bench_learn(bench_sub: argparse._SubParsersAction) -> None:
     blearn = bench_sub.add_parser(
         "learn", formatter_class=_HelpFormatter, help="long: PPO success vs env steps, diffusion vs Gaussian"
     )
@@ -529,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     blearn.add_argument("--json", action="store_true")
     _threads_option(blearn)
     blearn.set_defaults(func=cmd_bench_learn)
+
+
+def _add_bench_ros(bench_sub: argparse._SubParsersAction) -> None:
     bros = bench_sub.add_parser(
         "ros",
         formatter_class=_HelpFormatter,
@@ -538,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     bros.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default (image) policy")
     bros.add_argument("--json", action="store_true")
     bros.set_defaults(func=cmd_bench_ros)
+
+
+def _add_bench_startup(bench_sub: argparse._SubParsersAction) -> None:
     bstart = bench_sub.add_parser(
         "startup",
         formatter_class=_HelpFormatter,
@@ -547,6 +586,9 @@ def build_parser() -> argparse.ArgumentParser:
     bstart.add_argument("--timeout", type=float, default=600.0)
     bstart.add_argument("--json", action="store_true")
     bstart.set_defaults(func=cmd_bench_startup)
+
+
+def _add_bench_threads(bench_sub: argparse._SubParsersAction) -> None:
     bthreads = bench_sub.add_parser(
         "threads",
         formatter_class=_HelpFormatter,
@@ -561,6 +603,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bthreads.add_argument("--json", action="store_true")
     bthreads.set_defaults(func=cmd_bench_threads)
+
+
+def _add_bench_safety(bench_sub: argparse._SubParsersAction) -> None:
     bsafe = bench_sub.add_parser(
         "safety",
         formatter_class=_HelpFormatter,
@@ -572,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     bsafe.add_argument("--no-hil", action="store_true", help="offline only (no ROS graph)")
     bsafe.add_argument("--json", action="store_true")
     bsafe.set_defaults(func=cmd_bench_safety)
+
+
+def _add_bench_hil(bench_sub: argparse._SubParsersAction) -> None:
     bhil = bench_sub.add_parser(
         "hil",
         formatter_class=_HelpFormatter,
@@ -585,6 +633,24 @@ def build_parser() -> argparse.ArgumentParser:
     bhil.add_argument("--out", type=Path, default=None, help="also write hil_episodes.png and hil.json here")
     bhil.add_argument("--json", action="store_true")
     bhil.set_defaults(func=cmd_bench_hil)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="diffpolicy", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for add in (
+        _add_demo,
+        _add_train_bc,
+        _add_train_ppo,
+        _add_plot,
+        _add_eval,
+        _add_record,
+        _add_eval_bag,
+        _add_launch,
+        _add_bench,
+    ):
+        add(sub)
     return parser
 
 

@@ -74,11 +74,11 @@ def main() -> None:
     from diffpolicy_ros import contract as C
     from diffpolicy_ros.bags.evaluate import evaluate_bag
     from diffpolicy_ros.eval.rollout import evaluate_policy
+    from diffpolicy_ros.messages.conversions import sec_to_stamp
+    from diffpolicy_ros.messages.markers import chunk_path_markers
+    from diffpolicy_ros.messages.sim_messages import step_messages
     from diffpolicy_ros.models.checkpoint import checkpoint_meta, load_policy
     from diffpolicy_ros.models.obs import obs_to_torch
-    from diffpolicy_ros.nodes.conversions import sec_to_stamp
-    from diffpolicy_ros.nodes.markers import chunk_path_markers
-    from diffpolicy_ros.nodes.sim_messages import step_messages
     from diffpolicy_ros.runs import EVAL_SEED
     from diffpolicy_ros.sim import make_env
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.io import BagError
 from diffpolicy_ros.bags.replay import Command, Episode, walk_bag
+from diffpolicy_ros.data.bag_io import BagError
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
-from diffpolicy_ros.nodes.observation import RawInputs
+from diffpolicy_ros.messages.observation import RawInputs
 
 EPISODE_GAP_S = 0.5
 

@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.io import EPISODE_TOPIC, open_writer, qos_profile
+from diffpolicy_ros.data.bag_io import EPISODE_TOPIC, open_writer, qos_profile
 
 EPISODE_GAP_NS = 1_000_000_000  # between episodes: a second of silence, as between takes on a cell
 
@@ -36,8 +36,8 @@ def write_demo_bag(
     from rosgraph_msgs.msg import Clock
     from std_msgs.msg import String
 
-    from diffpolicy_ros.nodes.conversions import make_twist
-    from diffpolicy_ros.nodes.sim_messages import step_messages
+    from diffpolicy_ros.messages.conversions import make_twist
+    from diffpolicy_ros.messages.sim_messages import step_messages
     from diffpolicy_ros.sim import make_env, make_expert
 
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Walking a bag in time order through the live graph's preprocessing (``nodes/observation.py``).
+"""Walking a bag in time order through the live graph's preprocessing (``messages/observation.py``).
 
 ``walk_bag`` yields, in bag time:
 - ``Command(t, velocity, obs)``: each recorded command, with the observation the graph would have had at t
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.io import EPISODE_TOPIC, BagError, bag_info, read_messages, require_topics
-from diffpolicy_ros.nodes.conversions import MessageError, stamp_to_sec, twist_vector
-from diffpolicy_ros.nodes.observation import RawInputs
+from diffpolicy_ros.data.bag_io import EPISODE_TOPIC, BagError, bag_info, read_messages, require_topics
+from diffpolicy_ros.messages.conversions import MessageError, stamp_to_sec, twist_vector
+from diffpolicy_ros.messages.observation import RawInputs
 
 NS = 1_000_000_000
 

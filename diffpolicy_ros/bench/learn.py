@@ -26,9 +26,9 @@ from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.plots import plot_success_vs_steps
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.checkpoint import load_checkpoint
-from diffpolicy_ros.rl.recipes import WEAK_START
 from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
+from diffpolicy_ros.rl.recipes import WEAK_START
 from diffpolicy_ros.sim.demos import run_demos
 
 VARIANTS = {  # name -> (policy kind, DDIM steps while fine-tuning; None: the train config's)

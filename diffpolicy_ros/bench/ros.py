@@ -110,8 +110,8 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
     from sensor_msgs.msg import Image
     from trajectory_msgs.msg import MultiDOFJointTrajectory
 
+    from diffpolicy_ros.messages.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
-    from diffpolicy_ros.nodes.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
     env = loopback_env()

@@ -177,7 +177,7 @@ def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
 
     PROBE_QOS = QoSProfile(depth=PROBE_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
     from diffpolicy_ros.bench.ros import init_rclpy, loopback_env
-    from diffpolicy_ros.nodes.conversions import chunk_to_trajectory, sec_to_stamp
+    from diffpolicy_ros.messages.conversions import chunk_to_trajectory, sec_to_stamp
     from diffpolicy_ros.nodes.runner import graph_node_pid, spawn_graph, stop_graph
 
     env = loopback_env()

@@ -1,1 +1,2 @@
-"""Closed-loop evaluation of policies in the sim (and, later, rosbag replay)."""
+"""Evaluation: closed-loop episodes in the sim (rollout.py), open-loop scores of chunks against recorded commands
+(chunk_scores.py), plots and statistics."""

@@ -22,9 +22,9 @@ from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.io import BagError, bag_info, message_class
+from diffpolicy_ros.data.bag_io import BagError, bag_info, message_class
+from diffpolicy_ros.messages.conversions import sec_to_stamp
 from diffpolicy_ros.nodes.common import LATCHED_QOS, ParameterError, flag, parameter, positive, run_node
-from diffpolicy_ros.nodes.conversions import sec_to_stamp
 
 NS = 1_000_000_000
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # rosbag2's clock publisher QoS

@@ -13,7 +13,7 @@ import time
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from diffpolicy_ros.bags.io import message_class, open_writer, qos_profile
+from diffpolicy_ros.data.bag_io import message_class, open_writer, qos_profile
 from diffpolicy_ros.nodes.common import ParameterError, parameter, positive, run_node
 
 SKIP = ("/rosout", "/parameter_events")  # per-node infrastructure, as ros2 bag record -a skips

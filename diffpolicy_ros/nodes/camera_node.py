@@ -12,6 +12,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
+from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, numpy_to_image
+from diffpolicy_ros.messages.observation import prepare_image
 from diffpolicy_ros.nodes.common import (
     SENSOR_QOS,
     WARN_THROTTLE_S,
@@ -21,8 +23,6 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
-from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, numpy_to_image
-from diffpolicy_ros.nodes.observation import prepare_image
 
 
 class CameraNode(Node):

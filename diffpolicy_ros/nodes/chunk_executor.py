@@ -16,6 +16,7 @@ from rclpy.node import Node
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from diffpolicy_ros.contract import ACTION_CHUNK_TOPIC, CHUNK_HORIZON, CMD_TWIST_TOPIC, CONTROL_PERIOD_S, WORLD_FRAME
+from diffpolicy_ros.messages.conversions import MessageError, make_twist, stamp_to_sec, trajectory_to_chunk
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     STATS_WINDOW,
@@ -25,7 +26,6 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
-from diffpolicy_ros.nodes.conversions import MessageError, make_twist, stamp_to_sec, trajectory_to_chunk
 
 
 class ChunkPlayer:

@@ -14,9 +14,9 @@ from std_msgs.msg import Bool
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.evaluate import score, write_report
+from diffpolicy_ros.eval.chunk_scores import score, write_report
+from diffpolicy_ros.messages.conversions import MessageError, stamp_to_sec, trajectory_to_chunk, twist_vector
 from diffpolicy_ros.nodes.common import LATCHED_QOS, parameter, run_node
-from diffpolicy_ros.nodes.conversions import MessageError, stamp_to_sec, trajectory_to_chunk, twist_vector
 
 # every chunk and every recorded command counts: keep what arrives in a burst instead of only the newest
 KEEP_ALL = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)

@@ -24,6 +24,13 @@ from visualization_msgs.msg import MarkerArray
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.contract import CAMERAS
+from diffpolicy_ros.messages.conversions import (
+    MessageError,
+    chunk_to_trajectory,
+    sec_to_stamp,
+)
+from diffpolicy_ros.messages.markers import chunk_path_markers
+from diffpolicy_ros.messages.observation import ObservationCache, assemble_observation, example_observation
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.nodes.common import (
@@ -39,13 +46,6 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
-from diffpolicy_ros.nodes.conversions import (
-    MessageError,
-    chunk_to_trajectory,
-    sec_to_stamp,
-)
-from diffpolicy_ros.nodes.markers import chunk_path_markers
-from diffpolicy_ros.nodes.observation import ObservationCache, assemble_observation, example_observation
 
 
 class PolicyNode(Node):

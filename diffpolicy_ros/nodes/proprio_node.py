@@ -14,9 +14,9 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from diffpolicy_ros.contract import ARM_JOINTS, JOINT_STATES_TOPIC, POLICY_JOINT_STATES_TOPIC
+from diffpolicy_ros.messages.conversions import MessageError, joint_state_vectors, make_joint_state, stamp_to_sec
+from diffpolicy_ros.messages.observation import joint_velocities
 from diffpolicy_ros.nodes.common import SENSOR_QOS, WARN_THROTTLE_S, parameter, positive, run_node
-from diffpolicy_ros.nodes.conversions import MessageError, joint_state_vectors, make_joint_state, stamp_to_sec
-from diffpolicy_ros.nodes.observation import joint_velocities
 
 
 class ProprioNode(Node):

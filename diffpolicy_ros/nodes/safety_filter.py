@@ -26,6 +26,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from diffpolicy_ros import contract as C
+from diffpolicy_ros.messages.conversions import make_twist, stamp_to_sec
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     LATCHED_QOS,
@@ -38,7 +39,6 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
-from diffpolicy_ros.nodes.conversions import make_twist, stamp_to_sec
 from diffpolicy_ros.safety.filter import SafetyFilter, SafetyLimits
 
 

@@ -30,6 +30,11 @@ from visualization_msgs.msg import MarkerArray
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.contract import CAMERAS
+from diffpolicy_ros.messages.conversions import (
+    MessageError,
+    twist_vector,
+)
+from diffpolicy_ros.messages.sim_messages import step_messages
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     LATCHED_QOS,
@@ -41,11 +46,6 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
-from diffpolicy_ros.nodes.conversions import (
-    MessageError,
-    twist_vector,
-)
-from diffpolicy_ros.nodes.sim_messages import step_messages
 
 
 class SimBridge(Node):
@@ -83,7 +83,7 @@ class SimBridge(Node):
         self.cmd_time = -(10**18)
         self.ep_return = 0.0
 
-        # every topic of a step (nodes/sim_messages.py); sensor data at depth 5-10, the viewer's scene shallow
+        # every topic of a step (messages/sim_messages.py); sensor data at depth 5-10, the viewer's scene shallow
         types = {
             **{C.raw_camera_topic(c): (Image, 5) for c in CAMERAS},
             **{C.camera_info_topic(c): (CameraInfo, 5) for c in CAMERAS},

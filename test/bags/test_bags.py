@@ -12,8 +12,8 @@ import pytest
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.bags.dataset import dataset_from_bags
 from diffpolicy_ros.bags.evaluate import evaluate_bag
-from diffpolicy_ros.bags.io import BagError, bag_info, open_writer, read_messages
 from diffpolicy_ros.bags.record import write_demo_bag
+from diffpolicy_ros.data.bag_io import BagError, bag_info, open_writer, read_messages
 
 EPISODES = 3
 
@@ -61,7 +61,7 @@ def test_sqlite3_humble_metadata_and_typestore_written_bags_read_the_same(tmp_pa
     from rclpy.serialization import serialize_message
     from rosbags.typesys import Stores, get_typestore
 
-    from diffpolicy_ros.nodes.conversions import make_twist, sec_to_stamp
+    from diffpolicy_ros.messages.conversions import make_twist, sec_to_stamp
 
     ts = get_typestore(Stores.ROS2_JAZZY)
     Twist = ts.types["geometry_msgs/msg/TwistStamped"]

@@ -13,9 +13,9 @@ import pytest
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.bags.evaluate import evaluate_bag
-from diffpolicy_ros.bags.io import bag_info, read_messages
 from diffpolicy_ros.bags.record import write_demo_bag
 from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
+from diffpolicy_ros.data.bag_io import bag_info, read_messages
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -101,9 +101,9 @@ def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag):
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Bool
 
+    from diffpolicy_ros.messages.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.bag_player import CLOCK_QOS
     from diffpolicy_ros.nodes.common import LATCHED_QOS, SENSOR_QOS
-    from diffpolicy_ros.nodes.conversions import stamp_to_sec
 
     info = bag_info(demo_bag)
     offset = 3.0

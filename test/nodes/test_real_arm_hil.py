@@ -47,8 +47,8 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path):
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import MultiDOFJointTrajectory
 
+    from diffpolicy_ros.messages.conversions import chunk_to_trajectory, sec_to_stamp
     from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS
-    from diffpolicy_ros.nodes.conversions import chunk_to_trajectory, sec_to_stamp
 
     ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", VELOCITY)
     corrupt = tmp_path / "corrupt.pt"

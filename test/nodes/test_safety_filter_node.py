@@ -32,8 +32,8 @@ def test_filter_node_caps_stops_latches_and_resets():
     from std_msgs.msg import Bool, String
     from std_srvs.srv import Trigger
 
+    from diffpolicy_ros.messages.conversions import make_pose, make_twist
     from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS
-    from diffpolicy_ros.nodes.conversions import make_pose, make_twist
 
     proc = start_filter("-p", "watch_policy_chunks:=false", "-p", "max_speed:=0.2")
     rclpy.init()

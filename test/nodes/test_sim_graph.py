@@ -44,8 +44,8 @@ def test_sim_train_graph_end_to_end(tmp_path):
     from std_msgs.msg import String
     from trajectory_msgs.msg import MultiDOFJointTrajectory
 
+    from diffpolicy_ros.messages.conversions import trajectory_to_chunk
     from diffpolicy_ros.nodes.common import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
-    from diffpolicy_ros.nodes.conversions import trajectory_to_chunk
 
     forward = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.2, 0.0, 0.0), use_task_state=True)
     sideways = constant_velocity_checkpoint(tmp_path / "sideways.pt", (0.0, 0.1, 0.0), use_task_state=True)

@@ -8,8 +8,8 @@ import numpy as np
 from builtin_interfaces.msg import Time
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.nodes.conversions import camera_info, make_joint_state, make_pose, numpy_to_image
-from diffpolicy_ros.nodes.markers import scene_markers
+from diffpolicy_ros.messages.conversions import camera_info, make_joint_state, make_pose, numpy_to_image
+from diffpolicy_ros.messages.markers import scene_markers
 
 
 def step_messages(

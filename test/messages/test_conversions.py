@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import Image, JointState
 
-from diffpolicy_ros.nodes.chunk_executor import ChunkPlayer
-from diffpolicy_ros.nodes.conversions import (
+from diffpolicy_ros.messages.conversions import (
     MessageError,
     chunk_to_trajectory,
     image_to_rgb,
@@ -17,8 +16,9 @@ from diffpolicy_ros.nodes.conversions import (
     stamp_to_sec,
     trajectory_to_chunk,
 )
+from diffpolicy_ros.messages.observation import assemble_observation, prepare_image
+from diffpolicy_ros.nodes.chunk_executor import ChunkPlayer
 from diffpolicy_ros.nodes.instruction_node import check_instruction
-from diffpolicy_ros.nodes.observation import assemble_observation, prepare_image
 from diffpolicy_ros.sim.push_env import ARM_JOINTS
 
 pytestmark = pytest.mark.quick

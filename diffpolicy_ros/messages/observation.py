@@ -17,7 +17,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.nodes.conversions import MessageError, image_to_rgb, joint_state_vectors, pose_xy, stamp_to_sec
+from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, joint_state_vectors, pose_xy, stamp_to_sec
 
 
 def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
