@@ -132,7 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.out
     if out is None and args.run_dir is not None:
-        out = new_run_dir("demos", args.run_dir) / "demos.npz"
+        out = new_run_dir("demos", args.run_dir).start() / "demos.npz"
     summary, _ = run_demos(
         task=task,
         episodes=args.episodes,
@@ -283,7 +283,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     overrides = parse_overrides(args.arguments)
     if args.graph == "sim_train" and not overrides.get("run_dir"):
-        overrides["run_dir"] = str(new_run_dir("sim_train"))
+        overrides["run_dir"] = str(new_run_dir("sim_train").path)  # the trainer starts it
     return run_graph(args.graph, overrides)
 
 
@@ -663,8 +663,6 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    from diffpolicy_ros.runs import discard_empty_runs
-
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -677,8 +675,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"diffpolicy {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        discard_empty_runs()  # a run that failed before writing anything leaves no folder behind
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The run layout shared by BC, PPO, the trainer node and the CLI.
 
     runs/<kind>-<YYYYmmdd-HHMMSS>/      one run (kind: bc, ppo, sim_train, demos)
-        checkpoints/{iter_*.pt, last.pt, best.pt}
+        checkpoints/{iter_*.pt, last.pt, best.pt}   best.pt: the best held-out evaluation (sim_train: a link
+                                        into the phase, bc/ or ppo/, that wrote it)
         metrics.csv                     one row per logged step (the CSV columns are fixed per run kind)
         tb/                             TensorBoard scalars, the same values
-    runs/latest -> the newest run       (a symlink, where the filesystem has them)
+    runs/latest -> the newest run       (a symlink, where the filesystem has them), once it has started
 
 Episode seeds are split once, here, so that training never sees the held-out evaluation episodes:
 demonstrations use seeds ``DEMO_SEED`` + i, PPO rollouts ``ROLLOUT_SEED`` + ..., evaluation ``EVAL_SEED`` + i.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -24,35 +26,52 @@ EVAL_SEED = 10_000  # held out: never a demonstration or a rollout episode
 ROLLOUT_SEED = 1_000_000  # PPO rollouts: disjoint from demonstrations (0+) and evaluation (10000+)
 
 
-_NEW_RUNS: list[tuple[Path, Path | None]] = []  # (run dir, what latest pointed at before) made by this process
+@dataclass(frozen=True)
+class RunDir:
+    """A run's folder, before anything is written. :meth:`start` creates it when the run writes its first file and,
+    for a top-level run (``latest``), points ``<parent>/latest`` at it — so a run that fails on its inputs leaves
+    no folder behind and ``latest`` never names an empty run. A phase inside another run (sim_train's ``bc/``)
+    has ``latest=False``."""
+
+    path: Path
+    latest: bool = True
+
+    def start(self) -> Path:
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.latest:
+            point_latest(self.path)
+        return self.path
 
 
-def new_run_dir(kind: str, root: str | Path = RUNS_ROOT) -> Path:
-    """``root/<kind>-<timestamp>`` (not created), and ``root/latest`` pointed at it."""
-    run_dir = Path(root) / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}"
-    link = Path(root) / "latest"
-    _NEW_RUNS.append((run_dir, Path(os.readlink(link)) if link.is_symlink() else None))
-    point_latest(run_dir)
-    return run_dir
+def new_run_dir(kind: str, root: str | Path = RUNS_ROOT) -> RunDir:
+    """``root/<kind>-<timestamp>``, not created yet (:meth:`RunDir.start` does that)."""
+    return RunDir(Path(root) / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}")
 
 
-def discard_empty_runs() -> None:
-    """Remove the run folders this process named but never wrote a file into, and point ``latest`` back."""
-    while _NEW_RUNS:
-        run_dir, previous = _NEW_RUNS.pop()
-        if run_dir.exists() and any(p.is_file() for p in run_dir.rglob("*")):
-            continue
-        if run_dir.exists():
-            for d in sorted(run_dir.rglob("*"), reverse=True):
-                d.rmdir()
-            run_dir.rmdir()
-        link = run_dir.parent / "latest"
-        if link.is_symlink() and Path(os.readlink(link)) == Path(run_dir.name):
-            link.unlink()
-            if previous is not None:
-                os.symlink(previous, link, target_is_directory=True)
-        if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
-            run_dir.parent.rmdir()
+def as_run_dir(run_dir: str | Path | RunDir | None, kind: str) -> RunDir:
+    """What a trainer was given: a :class:`RunDir`, a folder the caller owns (no ``latest`` link), or nothing (a
+    new top-level run of ``kind``)."""
+    if isinstance(run_dir, RunDir):
+        return run_dir
+    if run_dir is None or str(run_dir) == "":
+        return new_run_dir(kind)
+    return RunDir(Path(run_dir), latest=False)
+
+
+def link_checkpoint(link: str | Path, target: str | Path) -> None:
+    """Make ``link`` name checkpoint ``target`` (a relative symlink, replaced atomically; a copy where the
+    filesystem has no symlinks): the place a user takes a run's best checkpoint from, whichever phase wrote it."""
+    link, target = Path(link), Path(target)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.symlink(os.path.relpath(target.resolve(), link.parent.resolve()), tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(target, tmp)
+    os.replace(tmp, link)
 
 
 def point_latest(run_dir: str | Path) -> None:

@@ -18,17 +18,44 @@ from diffpolicy_ros.models.checkpoint import (
     save_checkpoint,
 )
 from diffpolicy_ros.models.factory import build_policy, policy_spec
-from diffpolicy_ros.runs import DEMO_SEED, EVAL_SEED, ROLLOUT_SEED, MetricsLogger, new_run_dir
+from diffpolicy_ros.runs import (
+    DEMO_SEED,
+    EVAL_SEED,
+    ROLLOUT_SEED,
+    MetricsLogger,
+    RunDir,
+    as_run_dir,
+    link_checkpoint,
+    new_run_dir,
+)
 
 
 @pytest.mark.quick
-def test_run_dirs_are_named_by_kind_and_latest_points_at_the_newest(tmp_path):
+def test_run_dirs_are_named_by_kind_and_latest_points_at_the_newest_started_one(tmp_path):
     first = new_run_dir("bc", tmp_path)
-    first.mkdir()
-    assert first.name.startswith("bc-") and (tmp_path / "latest").resolve() == first.resolve()
-    second = new_run_dir("ppo", tmp_path)
-    second.mkdir()
-    assert (tmp_path / "latest").resolve() == second.resolve()
+    assert first.path.name.startswith("bc-") and not first.path.exists()  # nothing yet: no folder, no link
+    assert not (tmp_path / "latest").exists()
+    first.start()
+    assert (tmp_path / "latest").resolve() == first.path.resolve()
+    second = RunDir(tmp_path / "ppo-x")
+    second.start()
+    assert (tmp_path / "latest").resolve() == second.path.resolve()
+    RunDir(tmp_path / "ppo-x" / "phase", latest=False).start()  # a phase inside a run links nothing
+    assert not (tmp_path / "ppo-x" / "latest").exists()
+    assert as_run_dir(tmp_path / "mine", "bc") == RunDir(tmp_path / "mine", latest=False)
+    assert as_run_dir(None, "bc").path.name.startswith("bc-")
+
+
+@pytest.mark.quick
+def test_link_checkpoint_follows_the_phase_that_wrote_the_best(tmp_path):
+    for phase in ("bc", "ppo"):
+        (tmp_path / phase / "checkpoints").mkdir(parents=True)
+        (tmp_path / phase / "checkpoints" / "best.pt").write_text(phase)
+    link = tmp_path / "checkpoints" / "best.pt"
+    link_checkpoint(link, tmp_path / "bc" / "checkpoints" / "best.pt")
+    assert link.read_text() == "bc"
+    link_checkpoint(link, tmp_path / "ppo" / "checkpoints" / "best.pt")
+    assert link.read_text() == "ppo" and not list((tmp_path / "checkpoints").glob(".*"))
 
 
 @pytest.mark.quick

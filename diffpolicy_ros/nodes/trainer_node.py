@@ -30,7 +30,7 @@ from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, checked_device
 from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.recipes import DEFAULT_RECIPE as DEFAULTS  # what it trains when not told (sim_train's)
-from diffpolicy_ros.runs import new_run_dir
+from diffpolicy_ros.runs import RunDir, link_checkpoint, new_run_dir
 
 MAX_COUNT = 10_000_000  # the upper end of the declared ranges of counts (rclpy ranges need both ends)
 
@@ -67,7 +67,8 @@ class TrainerNode(Node):
         from diffpolicy_ros.rl.bc import load_bc_run
         from diffpolicy_ros.rl.ppo import load_ppo_run
 
-        self.run_dir = Path(text["run_dir"] or new_run_dir("sim_train"))
+        self.run_folder = RunDir(Path(text["run_dir"])) if text["run_dir"] else new_run_dir("sim_train")
+        self.run_dir = self.run_folder.path
         self.run = load_bc_run(text["config"] or config_file(DEFAULTS.policy_config))
         self.run.train = override(
             self.run.train,
@@ -96,6 +97,7 @@ class TrainerNode(Node):
         self.hooks = TrainHooks()
         self.hooks.on_checkpoint = self.announce
         self.gate = BetterCheckpoints()
+        self.run_best = BestEvaluation()  # over BC and PPO: what RUN_DIR/checkpoints/best.pt links to
         self.status = "starting"
         self.ticks = 0
         self.rate = PhaseRate()
@@ -112,6 +114,7 @@ class TrainerNode(Node):
         from diffpolicy_ros.sim.demos import run_demos
 
         try:
+            self.run_folder.start()
             demos = self.params["demos"]
             if not demos:
                 self.status = "recording demonstrations"
@@ -139,8 +142,11 @@ class TrainerNode(Node):
             self.get_logger().error(f"training failed: {exc}")
 
     def announce(self, path: Path, evaluation: dict) -> None:
-        # best.pt repeats one just announced; nothing while shutting down
-        if path.name != "best.pt" and rclpy.ok() and self.gate.admit(evaluation):
+        if path.name == "best.pt":  # repeats one just announced; RUN_DIR/checkpoints/best.pt follows the best
+            if self.run_best.offer(evaluation):
+                link_checkpoint(self.run_dir / "checkpoints" / "best.pt", path)
+            return
+        if rclpy.ok() and self.gate.admit(evaluation):  # nothing while shutting down
             self.pub.publish(String(data=str(path.resolve())))
             best = self.gate.best.success_rate
             score = f"{best:.2f}" if best is not None else "not evaluated yet"

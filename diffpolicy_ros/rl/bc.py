@@ -38,7 +38,7 @@ from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.hooks import TrainHooks
-from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, new_run_dir
+from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, RunDir, as_run_dir
 
 CSV_FIELDS = ("iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "eval_left_fraction", "wall_s")
 
@@ -136,7 +136,7 @@ def bc_step(
 def train_bc(
     run: BCRun,
     data_path: str | Path | EpisodeDataset,
-    run_dir: str | Path | None = None,
+    run_dir: str | Path | RunDir | None = None,
     progress: bool = True,
     hooks: TrainHooks | None = None,
 ) -> dict:
@@ -147,8 +147,8 @@ def train_bc(
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    run_dir = Path(run_dir or new_run_dir("bc"))
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    run_folder = as_run_dir(run_dir, "bc")
+    run_dir = run_folder.path
 
     # -- data -------------------------------------------------------------------------------------
     # an .npz from `diffpolicy demo`, or a dataset already built (from bags, by the caller)
@@ -183,6 +183,7 @@ def train_bc(
         return 0.5 * (1 + math.cos(math.pi * (it - cfg.warmup_iters) / max(1, cfg.iters - cfg.warmup_iters)))
 
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    (run_folder.start() / "checkpoints").mkdir(exist_ok=True)  # the inputs were good: the run begins writing
     logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
 
     def checkpoint(name: str, it: int, evaluation: dict) -> Path:

@@ -17,5 +17,5 @@ class TrainHooks:
         self.progress: dict = {}
 
     def on_checkpoint(self, path: Path, evaluation: dict) -> None:
-        """Called after each checkpoint is written (override or assign); ``evaluation``: the held-out evaluation
-        of its weights (rl/best.py: evaluation_record), {} when it has none."""
+        """Called after each checkpoint file is written (override or assign), ``best.pt`` included;
+        ``evaluation``: the held-out evaluation of its weights (rl/best.py: evaluation_record), {} when none."""

@@ -84,7 +84,7 @@ from diffpolicy_ros.rl.ppo_math import (
     gae,
     normalize_advantages,
 )
-from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, new_run_dir
+from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
 from diffpolicy_ros.sim import make_env
 from diffpolicy_ros.sim.vector import make_vec_env
 
@@ -242,7 +242,7 @@ class PPOTrainer:
     def __init__(
         self,
         run: PPORun,
-        run_dir: str | Path | None = None,
+        run_dir: str | Path | RunDir | None = None,
         resume: str | Path | None = None,
         progress: bool = True,
         hooks: TrainHooks | None = None,
@@ -256,9 +256,9 @@ class PPOTrainer:
         torch.manual_seed(cfg.seed + rank)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(cfg.seed * 1000 + rank)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank + 500)
-        run_dir = run_dir or (new_run_dir("ppo") if self.dist.is_main else "")
-        self.run_dir = Path(distributed.broadcast_object(self.dist, str(run_dir)))
-        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        run_folder = as_run_dir(run_dir, "ppo")  # every rank writes into rank 0's folder
+        run_folder = RunDir(Path(distributed.broadcast_object(self.dist, str(run_folder.path))), run_folder.latest)
+        self.run_dir = run_folder.path
 
         # -- envs (CPU workers; they never touch the learner's device) ------------------------------
         resume_ckpt = load_checkpoint(resume) if resume else None
@@ -278,6 +278,9 @@ class PPOTrainer:
             **run.env,
         )
         self._check_policy_fits_task()
+        if self.dist.is_main:  # the inputs were good: the run begins writing
+            (run_folder.start() / "checkpoints").mkdir(exist_ok=True)
+        distributed.barrier(self.dist)  # other ranks write RNG states into it at the first checkpoint
 
         # -- agent, optimizers ------------------------------------------------------------------------
         self.agent = ActorCritic(
@@ -638,9 +641,10 @@ class PPOTrainer:
         path = save_checkpoint(ckpt_dir / f"iter_{self.iteration:06d}.pt", payload)
         for old in sorted(ckpt_dir.glob("iter_*.pt"))[: -cfg.keep_last]:
             old.unlink(missing_ok=True)
-        if best:  # deployable: no optimizer, critic or RNG state (iter_*.pt hold those for --resume)
-            save_checkpoint(ckpt_dir / "best.pt", {k: v for k, v in payload.items() if k != "train_state"})
         self.hooks.on_checkpoint(path, evaluation)
+        if best:  # deployable: no optimizer, critic or RNG state (iter_*.pt hold those for --resume)
+            best_path = save_checkpoint(ckpt_dir / "best.pt", {k: v for k, v in payload.items() if k != "train_state"})
+            self.hooks.on_checkpoint(best_path, evaluation)
         return path
 
     def _load_train_state(self, ckpt: dict, path: str) -> None:
@@ -812,7 +816,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def train_ppo(
     run: PPORun,
-    run_dir: str | Path | None = None,
+    run_dir: str | Path | RunDir | None = None,
     resume: str | None = None,
     progress: bool = True,
     hooks: TrainHooks | None = None,
@@ -821,7 +825,7 @@ def train_ppo(
     if resume == "auto":
         if run_dir is None:
             raise ConfigError("--resume auto needs --run-dir (the run to continue)")
-        found = latest_checkpoint(run_dir)
+        found = latest_checkpoint(run_dir.path if isinstance(run_dir, RunDir) else run_dir)
         resume = str(found) if found else None
         # say which: a resume that silently trains from scratch wastes a day
         print(f"resume: {found}" if found else f"resume auto: no checkpoint in {run_dir}, starting fresh",
