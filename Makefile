@@ -1,6 +1,7 @@
 # diffpolicy_ros — the two commands a user needs:
 #   make sim-train   the main job (sets up if needed)
-#   make test        every test, plus the colcon build/test of the distro route (sets up if needed)
+#   make test        lint, the quick test tier and the colcon build/test of the distro route (<= 10 min on 2 cores)
+#   make test-all    make test plus the long tier (learning curves, cross-process graphs): what CI runs
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
@@ -9,7 +10,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 101))')
 export ROS_LOG_DIR ?= $(shell mktemp -d /tmp/diffpolicy_roslog.XXXXXX)
 
-.PHONY: setup test lint sim-train vision-policy demo bench-sim bench-policy bench-ros clean
+.PHONY: setup test test-all lint sim-train vision-policy demo bench-sim bench-policy bench-ros clean
 
 setup: $(STAMP)
 
@@ -19,8 +20,11 @@ $(STAMP): scripts/setup.sh requirements/base.txt requirements/test.txt requireme
 	touch $@
 
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m quick
 	bash scripts/colcon_check.sh
+
+test-all: test
+	$(PY) -m pytest -m slow --durations=15
 
 lint: setup
 	$(VENV)/bin/ruff check diffpolicy_ros test launch scripts setup.py

@@ -230,6 +230,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     if not args.per_episode:
         result.pop("per_episode")
+    if args.write_evaluation:  # what the deploy gate reads: this evaluation, stored in the checkpoint itself
+        from diffpolicy_ros.models.checkpoint import save_checkpoint
+        from diffpolicy_ros.rl.best import evaluation_record
+
+        if args.ddim_steps is not None or args.execute_horizon is not None:
+            raise UserError("--write-evaluation stores an evaluation of the checkpoint as deployed: drop "
+                            "--ddim-steps and --execute-horizon")  # fmt: skip
+        ckpt["meta"] = {**ckpt.get("meta", {}), "evaluation": evaluation_record(result)}
+        save_checkpoint(args.checkpoint, {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+        result["written_to"] = str(args.checkpoint)
     _print_json_or_table(result, args.json)
     return 0
 
@@ -448,6 +458,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     _video_options(ev)
     ev.add_argument("--any-task", action="store_true", help="allow --task to differ from the checkpoint's")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
+    ev.add_argument(
+        "--write-evaluation", action="store_true",
+        help="store this evaluation in the checkpoint (what real_arm's deploy gate, min_success, reads)",
+    )  # fmt: skip
     ev.add_argument("--json", action="store_true")
     _threads_option(ev)
     ev.set_defaults(func=cmd_eval)

@@ -49,3 +49,31 @@ def run_cli():
         return json.loads(out.stdout)
 
     return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test belongs to a tier: ``quick`` (``make test``, colcon) or ``slow`` (``make test-all``)."""
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in ("quick", "slow"))]
+    if unmarked:
+        raise pytest.UsageError(f"tests without a tier marker (quick or slow): {unmarked}")
+
+
+def _spin_until(node, predicate, timeout: float, period: float = 0.05) -> bool:
+    """Spin ``node`` until ``predicate()`` holds (True) or ``timeout`` seconds pass (False)."""
+    import time
+
+    import rclpy
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rclpy.spin_once(node, timeout_sec=period)
+        if predicate():
+            return True
+    return False
+
+
+@pytest.fixture
+def spin_until():
+    """``spin_until(node, predicate, timeout)``: spin a probe node until a condition holds, with a deadline
+    (count what arrived; never assert a rate over a fixed window)."""
+    return _spin_until

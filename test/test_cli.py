@@ -58,6 +58,7 @@ def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> None
     assert len(lines) == 1 and all(f in lines[0] for f in fragments), result.stderr
 
 
+@pytest.mark.quick
 def test_user_mistakes_end_in_one_line_and_leave_no_run_folder(tmp_path, tiny_checkpoint):
     missing = cli("train-bc", "--data", "demos.npz", "--config", "config/policy/nope.yaml", "--run-dir", tmp_path / "r")
     one_error_line(missing, "config file not found", "nope.yaml")

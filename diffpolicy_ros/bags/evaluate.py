@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.bags.replay import Command, Tick, walk_bag
+from diffpolicy_ros.bags.replay import Command, Episode, Tick, walk_bag
 from diffpolicy_ros.data.bag_io import BagError, bag_info
 from diffpolicy_ros.eval.chunk_scores import score, write_report
 from diffpolicy_ros.messages.observation import RawInputs
@@ -49,18 +49,29 @@ def evaluate_bag(
 
     # -- walk the bag: observations at the policy's ticks, and the recorded commands --------------------
     inputs = RawInputs(topics)
-    observations, stamps, stale = [], [], 0
-    cmd_t, cmd_v = [], []
+    observations, stamps = [], []
+    # policy ticks without a complete, fresh observation, by cause: an input not seen yet (the bag's start),
+    # one older than max_age inside an episode (a dropped or late message); the gaps between a demo bag's
+    # episodes hold no data and are counted apart
+    unobserved = {"waiting": 0, "stale": 0, "between_episodes": 0}
+    cmd_t, cmd_v, episode_starts = [], [], []
+    in_episode = True  # a bag without episode markers is one long episode
     for event in walk_bag(bag, inputs, need_images, need_task_state, command_topic, rate_hz, max_age, warn=warn):
         if isinstance(event, Tick):
-            if isinstance(event.obs, str):
-                stale += 1
-            else:
+            if not isinstance(event.obs, str):
                 observations.append(event.obs[0])
                 stamps.append(event.obs[1])
+            elif not in_episode:
+                unobserved["between_episodes"] += 1
+            else:
+                unobserved["waiting" if event.obs.startswith("waiting for") else "stale"] += 1
         elif isinstance(event, Command):
             cmd_t.append(event.t)
             cmd_v.append(event.velocity)
+        elif isinstance(event, Episode):
+            in_episode = event.mark.get("event") == "start"
+            if in_episode:
+                episode_starts.append(event.t)
     if not cmd_t:
         raise BagError(f"{bag}: no commands on {command_topic} to compare with")
     cmd_t, cmd_v = np.asarray(cmd_t), np.asarray(cmd_v, np.float64)
@@ -85,14 +96,16 @@ def evaluate_bag(
         "bag": str(bag),
         "checkpoint": str(checkpoint),
         **score(np.asarray(stamps), preds, cmd_t, cmd_v, execute),
-        "stale_inputs": stale,
+        "stale_inputs": unobserved["waiting"] + unobserved["stale"],  # ticks in an episode without an observation
+        "ticks_without_observation": unobserved,
+        "episodes": len(episode_starts),
         "dropped_inputs": dict(inputs.dropped),
         "infer_ms_p50": round(float(np.percentile(batch_ms, 50)), 2) if batch_ms else None,
         "infer_ms_p99": round(float(np.percentile(batch_ms, 99)), 2) if batch_ms else None,
-        "bag_duration_s": round(info.duration_s, 2),
+        "bag_duration_s": round(info.duration_s, 2),  # first to last message, as the bag's metadata says
         "wall_s": round(time.perf_counter() - start, 2),
     }
     report["realtime_factor"] = round(report["bag_duration_s"] / max(report["wall_s"], 1e-9), 1)
     if out_dir is not None:
-        write_report(out_dir, report, np.asarray(stamps), preds[0], cmd_t, cmd_v, execute)
+        write_report(out_dir, report, np.asarray(stamps), preds[0], cmd_t, cmd_v, execute, episode_starts)
     return report

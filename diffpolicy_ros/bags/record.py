@@ -45,6 +45,7 @@ def write_demo_bag(
     expert = make_expert(task, env)
     period_ns = round(env.cfg.control_dt * 1e9)
     t_ns, successes, steps = EPISODE_GAP_NS, [], 0
+    last_ns = t_ns
     with open_writer(out, storage, metadata_version) as bag:
         bag.offer_qos(C.INSTRUCTION_TOPIC, qos_profile(reliable=True, transient_local=True, depth=1))
         bag.offer_qos(EPISODE_TOPIC, qos_profile(reliable=True, transient_local=True, depth=1))
@@ -79,6 +80,7 @@ def write_demo_bag(
                     break
             end = {**mark, "event": "end", "success": bool(info["is_success"]), "return": ep_return}
             bag.write(EPISODE_TOPIC, t_ns, String(data=json.dumps(end)))
+            last_ns = t_ns
             successes.append(bool(info["is_success"]))
             t_ns += EPISODE_GAP_NS
     env.close()
@@ -87,7 +89,7 @@ def write_demo_bag(
         "episodes": episodes,
         "steps": steps,
         "success_rate": float(np.mean(successes)),
-        "duration_s": round(t_ns * 1e-9, 1),
+        "duration_s": round((last_ns - EPISODE_GAP_NS) * 1e-9, 2),  # first to last message, as the metadata says
         "storage": storage,
         "metadata_version": metadata_version,
         "wall_s": round(time.perf_counter() - start, 2),

@@ -75,6 +75,7 @@ def bench_hil(
         "box_high": str(list(C.WORKSPACE_HIGH)),
         "dry_run": "false",
         "max_run_time_s": "0",  # the per-episode limit below takes its place
+        "allow_unproven": "true",  # measuring a checkpoint is how it gets proven (min_success:=... to gate it)
         **(overrides or {}),
     }
     # what the graph runs with (defaults and an argument file included); an unknown or malformed argument is one

@@ -192,6 +192,7 @@ def live(duration_s: float, freezes: int, limits: SafetyLimits) -> dict:
         "max_accel": str(limits.max_accel),
         "dry_run": "false",
         "max_run_time_s": "0",
+        "allow_unproven": "true",  # a constant-velocity stand-in policy, never evaluated
     }
     log = open(tmp / "graph.log", "w")
     graph = spawn_graph("real_arm", overrides, env, stdout=log)

@@ -59,16 +59,18 @@ def score(stamps: np.ndarray, preds: np.ndarray, cmd_t: np.ndarray, cmd_v: np.nd
     }
 
 
-def write_report(out_dir, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int) -> None:
+def write_report(out_dir, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int, episode_starts=()) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report["plots"] = plot_report(out, report, stamps, chunks, cmd_t, cmd_v, execute)
+    report["plots"] = plot_report(out, report, stamps, chunks, cmd_t, cmd_v, execute, episode_starts)
     (out / "report.json").write_text(json.dumps(report, indent=2))
 
 
-def plot_report(out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int) -> list[str]:
-    """actions.png: each action dimension over time, recorded vs the chunks drawn from their inference points;
-    error_by_step.png: MAE against the step in the chunk."""
+def plot_report(
+    out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: int, episode_starts=()
+) -> list[str]:
+    """actions.png: each action dimension over time, recorded vs the chunks drawn from their inference points,
+    episode starts marked; error_by_step.png: MAE against the step in the chunk, from 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,6 +86,8 @@ def plot_report(out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: 
                     label="predicted chunks" if i == 0 else None)  # fmt: skip
             ax.plot(s - t0 + steps[:execute], chunks[i, :execute, d], color="tab:red", lw=1.0, alpha=0.7,
                     label="executed part" if i == 0 else None)  # fmt: skip
+        for i, t in enumerate(episode_starts):
+            ax.axvline(t - t0, color="tab:gray", lw=0.8, ls="--", label="episode start" if i == 0 else None)
         ax.set_ylabel(f"v{'xyz'[d]} (m/s)")
     axes[0].legend(loc="upper right", fontsize=8)
     axes[-1].set_xlabel("bag time (s)")
@@ -98,6 +102,7 @@ def plot_report(out: Path, report: dict, stamps, chunks, cmd_t, cmd_v, execute: 
     ax.axvspan(-0.5, execute - 0.5, color="tab:green", alpha=0.1, label="executed")
     ax.set_xlabel("step in chunk")
     ax.set_ylabel("MAE (m/s)")
+    ax.set_ylim(bottom=0)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "error_by_step.png", dpi=100)

@@ -45,6 +45,31 @@ def joint_velocities(
     return np.zeros_like(pos)
 
 
+# Where each input of the policy comes from, and what supplies it when it never arrives.
+INPUT_SOURCES = {
+    "joints": (C.POLICY_JOINT_STATES_TOPIC, "proprio_node, from the arm driver's joint states (joint_states_topic)"),
+    "instruction": (C.INSTRUCTION_TOPIC, "instruction_node (argument instruction)"),
+    "object": (C.OBJECT_POSE_TOPIC, "perception"),
+    "goal": (C.GOAL_POSE_TOPIC, "perception"),
+    **{f"image_{c}": (C.policy_camera_topic(c), f"camera_node from the {c} camera ({c}_topic or {c}_device)")
+       for c in C.CAMERAS},
+}  # fmt: skip
+TASK_STATE_FIX = (
+    "this policy reads the block and goal poses: in HIL add hil_task_state:=true; on a cell, publish them from "
+    "a perception source; or deploy the vision policy (make vision-policy), which reads the cameras instead"
+)
+
+
+class MissingInputs(MessageError):
+    """Inputs the policy reads that have never arrived; the message names their topics and what supplies them."""
+
+    def __init__(self, missing: Sequence[str]):
+        self.missing = tuple(missing)
+        topics = ", ".join(f"{INPUT_SOURCES[p][0]} ({INPUT_SOURCES[p][1]})" for p in self.missing if p in INPUT_SOURCES)
+        fix = f"; {TASK_STATE_FIX}" if {"object", "goal"} & set(self.missing) else ""
+        super().__init__(f"waiting for {list(self.missing)}: nothing yet on {topics}{fix}")
+
+
 def assemble_observation(
     latest: dict, now: float, max_age: float, need_images: bool, need_task_state: bool = True
 ) -> tuple[dict, float]:
@@ -56,7 +81,7 @@ def assemble_observation(
     parts += [f"image_{c}" for c in C.CAMERAS] if need_images else []
     missing = [p for p in parts if p not in latest]
     if missing:
-        raise MessageError(f"waiting for {missing}")
+        raise MissingInputs(missing)
     stamps = {p: latest[p][0] for p in parts if p != "instruction"}
     stale = {p: round(now - t, 3) for p, t in stamps.items() if now - t > max_age}
     if stale:

@@ -92,6 +92,49 @@ def checkpoint_meta(ckpt: dict[str, Any]) -> CheckpointMeta:
     return CheckpointMeta(**{k: v for k, v in (ckpt.get("meta") or {}).items() if k in known})
 
 
+def deploy_refusal(meta: CheckpointMeta, min_success: float) -> str | None:
+    """Why a checkpoint may not drive a real arm (None: it may): it must carry a held-out evaluation of its own
+    weights (``meta.evaluation``) with a success rate of at least ``min_success``."""
+    evaluation = meta.evaluation or {}
+    if "success_rate" not in evaluation:
+        return (
+            f"it carries no held-out evaluation (a {meta.source} checkpoint saved without one, e.g. an early BC "
+            f"checkpoint); evaluate it with `diffpolicy eval --checkpoint FILE --write-evaluation`"
+        )
+    if evaluation["success_rate"] < min_success:
+        return f"its held-out evaluation, {describe_evaluation(evaluation)}, is below min_success {min_success:g}"
+    return None
+
+
+def describe_evaluation(evaluation: dict) -> str:
+    """'success 0.86 [0.74, 0.93] on 50 held-out episodes of push (seeds 10000+)', or 'not evaluated'."""
+    if "success_rate" not in (evaluation or {}):
+        return "not evaluated"
+    ci = evaluation.get("success_ci95")
+    interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    seeds = f" (seeds {evaluation['seed']}+)" if "seed" in evaluation else ""
+    return (
+        f"success {evaluation['success_rate']:.2f}{interval} on {evaluation.get('episodes', '?')} held-out episodes "
+        f"of {evaluation.get('task', '?')}{seeds}"
+    )
+
+
+def describe_checkpoint(ckpt: dict[str, Any]) -> str:
+    """One line on what a checkpoint is: kind, inputs, evaluation, training steps."""
+    meta = checkpoint_meta(ckpt)
+    spec = policy_spec(ckpt["policy_spec"])
+    fusion = spec.active().fusion
+    inputs = [name for name, used in (("cameras", fusion.use_images), ("block/goal poses", fusion.use_task_state),
+                                      ("instruction", fusion.use_text)) if used]  # fmt: skip
+    steps = {k: meta.metrics[k] for k in ("iter", "iteration", "env_steps") if k in meta.metrics}
+    trained = ", ".join(f"{k} {v}" for k, v in steps.items()) or "steps not recorded"
+    return (
+        f"{spec.kind} policy from {meta.source} on {meta.task} ({trained}); reads joint state"
+        + "".join(f", {i}" for i in inputs)
+        + f"; {describe_evaluation(meta.evaluation)}"
+    )
+
+
 def policy_from_checkpoint(ckpt: dict[str, Any], name: str = "checkpoint") -> nn.Module:
     """Rebuild the policy from a loaded checkpoint's stored config and load its weights (strict, finite)."""
     try:

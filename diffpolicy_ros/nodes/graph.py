@@ -54,6 +54,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
     "real_arm": {
         "config": "",  # a YAML file of these arguments (config/real_arm.yaml); name:=value still wins over it
         "checkpoint": VISION_CHECKPOINT,  # the camera + joint-state policy (make vision-policy); no block/goal pose
+        # the deploy gate: only a checkpoint whose stored held-out evaluation reaches this success is loaded
+        "min_success": "0.5",
+        "allow_unproven": "false",  # true: lift the gate (logged loudly at every start and load)
         "device": "auto",
         "ddim_steps": "0",  # 0: the checkpoint's own
         "cmd_twist_topic": "/servo_node/delta_twist_cmds",  # MoveIt Servo's twist input (the filter's output)
@@ -110,6 +113,8 @@ KINDS: dict[str, A.Kind] = {
     "policy_config": A.text,
     "demos": A.text,
     "checkpoint": A.text,
+    "min_success": A.number(0, 1),
+    "allow_unproven": A.flag,
     "ddim_steps": A.integer(0),
     "headless": A.flag,
     "run_dir": A.text,
@@ -252,6 +257,7 @@ def sim_train(a: dict) -> list[NodeSpec]:
             # the sim publishes a step's data before its /clock tick: a pose can arrive stamped one control
             # period ahead of the filter's sim clock (0.1 s, rejected by the default 0.05 s tolerance)
             future_tolerance_s=C.CONTROL_PERIOD_S + 0.05,
+            expect_pose_jumps=True,  # each episode reset teleports the tool
         ),
     ]
     if a["trainer"]:
@@ -291,6 +297,7 @@ def real_arm(a: dict) -> list[NodeSpec]:
     proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
     policy = policy_node(a)
     policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
+    policy.parameters.update(min_success=a["min_success"], allow_unproven=a["allow_unproven"])  # the deploy gate
     box = {k: a[k] for k in ("box_low", "box_high") if a[k] is not None}
     arm = []
     if a["hil"]:  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in

@@ -5,6 +5,10 @@ it if any part is missing or older than ``max_obs_age_s``, and hands it to a wor
 policy (:class:`ChunkPredictor`). If the worker is still busy the tick is dropped, never queued. The chunk
 is published as a MultiDOFJointTrajectory stamped with the observation's stamp. A new checkpoint announced
 on ``/trainer/checkpoint`` is loaded and warmed up off the control path and swapped in only if it loads.
+
+The deploy gate (``min_success`` > 0, set by ``real_arm``): a checkpoint is loaded only if it carries a held-out
+evaluation at or above ``min_success``; otherwise it is refused with the reason and the arm stays still.
+``allow_unproven`` lifts the gate, and says so at every start and every load.
 """
 
 from __future__ import annotations
@@ -30,8 +34,19 @@ from diffpolicy_ros.messages.conversions import (
     sec_to_stamp,
 )
 from diffpolicy_ros.messages.markers import chunk_path_markers
-from diffpolicy_ros.messages.observation import ObservationCache, assemble_observation, example_observation
-from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
+from diffpolicy_ros.messages.observation import (
+    MissingInputs,
+    ObservationCache,
+    assemble_observation,
+    example_observation,
+)
+from diffpolicy_ros.models.checkpoint import (
+    CheckpointError,
+    checkpoint_meta,
+    deploy_refusal,
+    describe_checkpoint,
+    load_policy,
+)
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
@@ -42,10 +57,14 @@ from diffpolicy_ros.nodes.common import (
     WARN_THROTTLE_S,
     Diagnostics,
     checked_device,
+    flag,
+    number,
     parameter,
     positive,
     run_node,
 )
+
+WAITING_REPEAT_S = 30.0  # inputs that never arrived: said once, then at this period
 
 
 class PolicyNode(Node):
@@ -59,6 +78,15 @@ class PolicyNode(Node):
         self.max_age = parameter(self, "max_obs_age_s", 0.35, positive, "must be > 0")
         self.dt = parameter(self, "chunk_dt", C.CONTROL_PERIOD_S, positive, "must be > 0")
         self.frame_id = parameter(self, "frame_id", C.WORLD_FRAME, bool, "must not be empty")
+        # the deploy gate: 0 = off (the sim graph); real_arm sets it
+        self.min_success = number(self, "min_success", 0.0, 0.0, 1.0,
+                                  description="load only checkpoints with a held-out success >= this (0: no gate)")
+        self.allow_unproven = flag(self, "allow_unproven", False, "lift the deploy gate (said loudly)")
+        if self.allow_unproven and self.min_success > 0:
+            self.get_logger().warn(
+                f"allow_unproven:=true — the deploy gate (min_success {self.min_success:g}) is OFF: a checkpoint "
+                "without a held-out evaluation, or below it, will drive the arm"
+            )
         # One intra-op thread: batch-1 inference gains nothing from more, and several torch processes each
         # spinning OpenMP threads on a small CPU slow everything down by an order of magnitude.
         threads = parameter(self, "torch_threads", 1, lambda v: v >= 0, "must be >= 0 (0: torch's default)")
@@ -77,6 +105,8 @@ class PolicyNode(Node):
         self.closing = threading.Event()
         self.stats = {"chunks": 0, "dropped_busy": 0, "refused_obs": 0, "reloads": 0, "failed_reloads": 0}
         self.problem = "no checkpoint given (parameter checkpoint, or a path on /trainer/checkpoint)"
+        self.waiting_for: tuple = ()  # what the node waits for, as last said on the console
+        self.waiting_said = 0.0
         self.latencies: deque[float] = deque(maxlen=STATS_WINDOW)  # bounded: a node runs for days
         self.ages: deque[float] = deque(maxlen=STATS_WINDOW)
 
@@ -100,7 +130,7 @@ class PolicyNode(Node):
             self.request_reload(self.get_parameter("checkpoint").value)
 
     # ------------------------------------------------------------------ inputs (short callbacks)
-    def take(self, reason: str) -> None:
+    def log_dropped(self, reason: str) -> None:
         """Log why an input was dropped (the cache's answer); '' means it was taken."""
         if reason:
             self.get_logger().warn(reason, throttle_duration_sec=WARN_THROTTLE_S)
@@ -108,22 +138,22 @@ class PolicyNode(Node):
     def on_image(self, cam: str, msg: Image) -> None:
         with self.lock:
             reason = self.cache.on_image(cam, msg)
-        self.take(reason)
+        self.log_dropped(reason)
 
     def on_joints(self, msg: JointState) -> None:
         with self.lock:
             reason = self.cache.on_joints(msg)
-        self.take(reason)
+        self.log_dropped(reason)
 
     def on_pose(self, key: str, msg: PoseStamped) -> None:
         with self.lock:
             reason = self.cache.on_pose(key, msg)
-        self.take(reason)
+        self.log_dropped(reason)
 
     def on_instruction(self, msg: String) -> None:
         with self.lock:
             reason = self.cache.on_instruction(msg)
-        self.take(reason)
+        self.log_dropped(reason)
 
     def on_ee_pose(self, msg: PoseStamped) -> None:
         p = msg.pose.position
@@ -147,7 +177,12 @@ class PolicyNode(Node):
 
     def reload(self, path: str) -> None:
         try:
-            policy, _ = load_policy(path, self.device)
+            policy, ckpt = load_policy(path, self.device)
+            refusal = deploy_refusal(checkpoint_meta(ckpt), self.min_success) if self.min_success > 0 else None
+            if refusal and not self.allow_unproven:
+                raise CheckpointError(f"deploy gate: {refusal} (allow_unproven:=true overrides)")
+            if refusal:
+                self.get_logger().warn(f"allow_unproven:=true — loading {path} although {refusal}")
             predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps or None)
             predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
         except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
@@ -164,15 +199,15 @@ class PolicyNode(Node):
             self.predictor, self.need_images, self.need_task_state = predictor, need_images, need_task_state
         self.problem = ""
         self.stats["reloads"] += 1
-        self.get_logger().info(f"policy loaded from {path} (images: {need_images}, backend {predictor.backend})")
+        self.get_logger().info(f"policy loaded from {path}: {describe_checkpoint(ckpt)}; backend {predictor.backend}")
 
     # ------------------------------------------------------------------ control tick
     def tick(self) -> None:
         with self.lock:
             predictor, latest = self.predictor, dict(self.cache.latest)
             need_images, need_task_state = self.need_images, self.need_task_state
-        if predictor is None:
-            self.get_logger().warn(f"no policy: {self.problem}", throttle_duration_sec=WARN_THROTTLE_S * 5)
+        if predictor is None:  # expected while loading or waiting for the trainer: said once, then every 30 s
+            self.say_waiting(("no policy", self.problem), f"no policy yet: {self.problem}")
             return
         if self.busy.is_set():
             self.stats["dropped_busy"] += 1
@@ -180,13 +215,26 @@ class PolicyNode(Node):
         now = self.get_clock().now().nanoseconds * 1e-9
         try:
             obs, stamp = assemble_observation(latest, now, self.max_age, need_images, need_task_state)
+        except MissingInputs as exc:  # not yet seen: said once (and when it changes), then every 30 s
+            self.stats["refused_obs"] += 1
+            self.say_waiting(exc.missing, f"no chunk yet: {exc}")
+            return
         except MessageError as exc:
             self.stats["refused_obs"] += 1
             self.get_logger().warn(f"no chunk: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
+        self.waiting_for = ()
         self.ages.append(now - stamp)
         self.busy.set()
         self.worker.submit(self.infer, predictor, obs, stamp)
+
+    def say_waiting(self, what: tuple, text: str) -> None:
+        """An expected wait (no policy yet, an input never seen): INFO when it starts or changes, then a reminder
+        every WAITING_REPEAT_S — not a WARN every tick."""
+        now = time.monotonic()
+        if what != self.waiting_for or now - self.waiting_said > WAITING_REPEAT_S:
+            self.get_logger().info(text if what != self.waiting_for else f"still {text}")
+            self.waiting_for, self.waiting_said = what, now
 
     def infer(self, predictor: ChunkPredictor, obs: dict, stamp: float) -> None:
         try:

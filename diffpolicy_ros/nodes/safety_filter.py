@@ -87,6 +87,10 @@ class SafetyFilterNode(Node):
         self.watch_chunks = flag(self, "watch_policy_chunks", True)
         scaling_topic = parameter(self, "speed_scaling_topic", C.SPEED_SCALING_TOPIC)
         servo_node = parameter(self, "servo_node", "")  # e.g. /servo_node: select TWIST input and unpause it
+        # a sim's episode resets teleport the tool: there a pose jump is expected (INFO, counted), on an arm a WARN
+        self.expect_pose_jumps = flag(self, "expect_pose_jumps", False)
+        self.pose_jumps = 0
+        self.moved = False  # said once on the console: the first non-zero command the filter passed
 
         self.filter = SafetyFilter(self.limits)
         self.lock = threading.Lock()
@@ -161,7 +165,11 @@ class SafetyFilterNode(Node):
             reason = self.filter.offer_pose(
                 (p.x, p.y, p.z), stamp_to_sec(msg.header.stamp), msg.header.frame_id, self.ros_now(), time.monotonic()
             )
-        if reason:
+        if reason and self.expect_pose_jumps and reason.startswith("pose jumped"):
+            self.pose_jumps += 1  # an episode reset in the sim: counted on /diagnostics, said once
+            if self.pose_jumps == 1:
+                self.get_logger().info(f"ee pose jumped ({reason}): a sim reset; further jumps are counted")
+        elif reason:
             self.get_logger().warn(f"ee pose rejected: {reason}", throttle_duration_sec=WARN_THROTTLE_S)
 
     def on_chunk(self, _msg: MultiDOFJointTrajectory) -> None:
@@ -198,6 +206,10 @@ class SafetyFilterNode(Node):
             return
         self.pub.publish(make_twist(result.command, stamp, self.limits.frame_id))
         self.pub_would.publish(make_twist(result.would_send, stamp, self.limits.frame_id))
+        if not self.moved and any(result.would_send):
+            self.moved = True
+            what = "would move (dry run: zero goes out)" if self.limits.dry_run else "is moving"
+            self.get_logger().info(f"the arm {what}: the first non-zero command passed the filter")
         if result.state != self.last_state:
             self.last_state = result.state
             self.pub_state.publish(String(data=result.state))
@@ -213,7 +225,8 @@ class SafetyFilterNode(Node):
         with self.lock:
             counts, state, reason = dict(self.filter.counts), self.filter.state, self.filter.latch_reason
         level = DiagnosticStatus.ERROR if state in ("estop", "timeout") else DiagnosticStatus.OK
-        self.diag.publish({"state": state, **counts}, level=level, message=reason or state)
+        values = {"state": state, **counts, "pose_jumps": self.pose_jumps}
+        self.diag.publish(values, level=level, message=reason or state)
 
 
 def main(args: list[str] | None = None) -> int:

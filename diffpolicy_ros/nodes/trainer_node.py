@@ -26,6 +26,7 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import override
 from diffpolicy_ros.contract import CHECKPOINT_TOPIC, TASK_NAMES
+from diffpolicy_ros.models.checkpoint import describe_evaluation
 from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, checked_device, number, parameter, run_node
 from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
@@ -116,16 +117,30 @@ class TrainerNode(Node):
         try:
             self.run_folder.start()
             demos = self.params["demos"]
+            log = self.get_logger()
+            ppo_steps = self.ppo.train.total_env_steps
+            plan = f"BC {self.run.train.iters} iterations" + (f", then PPO to {ppo_steps} env steps" * bool(ppo_steps))
             if not demos:
                 self.status = "recording demonstrations"
                 demos = self.run_dir / "demos.npz"
                 episodes, obs_mode = int(self.params["demo_episodes"]), self.run.obs_mode()  # images if it reads them
-                run_demos(self.params["task"], episodes, seed=0, obs_mode=obs_mode, out=demos, progress=False)
+                cameras = " with both cameras" if obs_mode == "image" else ""
+                log.info(f"recording {episodes} expert demonstrations{cameras} for BC; then {plan}")
+
+                def on_episode(done: int, total: int) -> None:
+                    self.hooks.progress.update(iter=done, iters_total=total, unit="episode")
+
+                run_demos(self.params["task"], episodes, seed=0, obs_mode=obs_mode, out=demos, progress=False,
+                          on_episode=on_episode)  # fmt: skip
+                self.hooks.progress.clear()
+                self.rate = PhaseRate()
             self.status = "training (BC)"
+            log.info(f"{plan}; the first checkpoint (unevaluated) at iteration {self.run.train.first_checkpoint_iter}")
             result = train_bc(self.run, demos, self.run_dir / "bc", progress=False, hooks=self.hooks)
             success = result["final_eval"].get("success_rate", "n/a")
             if self.ppo.train.total_env_steps > 0 and not self.hooks.stop.is_set():
                 self.status = "training (PPO)"
+                log.info(f"BC done ({describe_evaluation(result['final_eval'])}); PPO to {ppo_steps} env steps")
                 self.ppo.init = result["checkpoint"]
                 self.hooks.progress.clear()
                 self.rate = PhaseRate()  # PPO iterations count from 0 again, at their own pace
@@ -219,8 +234,8 @@ class BetterCheckpoints:
 def progress_line(progress: dict, iters_per_s: float) -> str:
     """One console line: iteration of total, loss, the last evaluation with its 95 % interval, PPO's rollout
     success (a handful of episodes: noisy), env steps/s, ETA."""
-    it, total = progress.get("iter", 0), progress.get("iters_total", 0)
-    parts = [f"iter {it}/{total}" if total else f"iter {it}"]
+    it, total, unit = progress.get("iter", 0), progress.get("iters_total", 0), progress.get("unit", "iter")
+    parts = [f"{unit} {it}/{total}" if total else f"{unit} {it}"]
     if "loss" in progress:
         parts.append(f"loss {progress['loss']:.4f}")
     success, ci = progress.get("success_rate", -1.0), progress.get("success_ci95") or ()
@@ -230,7 +245,7 @@ def progress_line(progress: dict, iters_per_s: float) -> str:
         parts.append(f"rollout {progress['rollout_success_rate']:.2f}")
     if "env_steps_per_s" in progress:
         parts.append(f"{progress['env_steps']} env steps, {progress['env_steps_per_s']:.0f}/s")
-    parts.append(f"{iters_per_s:.2f} it/s")
+    parts.append(f"{iters_per_s:.2f} {'ep' if unit == 'episode' else 'it'}/s")
     if total and iters_per_s > 0:
         minutes = (total - it) / iters_per_s / 60
         parts.append(f"ETA {minutes:.0f} min" if minutes >= 1 else "ETA < 1 min")

@@ -243,30 +243,26 @@ def train_bc(
         lr_schedule.step()
         ema.update_parameters(policy)
         losses.append(loss.item())
-        hooks.progress.update(iter=it + 1, iters_total=cfg.iters)
+        mean_loss = float(np.mean(losses[-cfg.log_every :]))  # the loss a progress line shows: always current
+        hooks.progress.update(iter=it + 1, iters_total=cfg.iters, loss=mean_loss)
 
         if hooks.save_now.is_set() or it + 1 == cfg.first_checkpoint_iter:
             hooks.save_now.clear()
             checkpoint("last.pt", it + 1, {})
-        if (it + 1) % cfg.log_every == 0:
-            mean_loss = float(np.mean(losses[-cfg.log_every :]))
-            hooks.progress.update(loss=mean_loss)
-            logger.scalars({"loss": mean_loss, "lr": lr_schedule.get_last_lr()[0]}, it + 1)
-            bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
         is_last = it + 1 == cfg.iters
-        if (it + 1) % cfg.eval_every == 0 or is_last:
+        evaluated = (it + 1) % cfg.eval_every == 0 or is_last
+        if evaluated:
             last_eval = evaluate(cfg.final_eval_episodes if is_last else cfg.eval_episodes)
             last_eval.pop("per_episode")
             hooks.progress.update(success_rate=last_eval["success_rate"], success_ci95=last_eval["success_ci95"])
-            logger.row(
-                {
-                    "iter": it + 1,
-                    "loss": float(np.mean(losses[-cfg.log_every :])),
-                    "lr": lr_schedule.get_last_lr()[0],
-                    **{f"eval_{k}": last_eval[k] for k in ("success_rate", "mean_return", "left_fraction")},
-                    "wall_s": round(time.perf_counter() - start, 1),
-                }
-            )
+        if (it + 1) % cfg.log_every == 0 or evaluated:  # a CSV row at every log step, evaluation columns when due
+            row = {"iter": it + 1, "loss": mean_loss, "lr": lr_schedule.get_last_lr()[0],
+                   "wall_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+            if evaluated:
+                row.update({f"eval_{k}": last_eval[k] for k in ("success_rate", "mean_return", "left_fraction")})
+            logger.row(row)
+            bar.set_postfix(loss=f"{mean_loss:.4f}", success=last_eval.get("success_rate", "-"))
+        if evaluated:
             checkpoint("last.pt", it + 1, last_eval)
             if best.offer(last_eval):
                 checkpoint("best.pt", it + 1, last_eval)

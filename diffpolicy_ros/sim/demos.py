@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +44,11 @@ def run_demos(
     env_overrides: dict | None = None,
     video_dir: str | Path | None = None,
     video_episodes: int = 3,
+    on_episode: Callable[[int, int], None] | None = None,
 ) -> tuple[DemoSummary, EpisodeDataset]:
     """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
-    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes."""
+    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` after
+    each episode (a host's progress line)."""
     import time
 
     from diffpolicy_ros.sim.video import EpisodeVideo
@@ -86,6 +89,8 @@ def run_demos(
         lengths.append(info["elapsed_steps"])
         sides.append(side == "left")
         bar.set_postfix(success=f"{np.mean(successes):.2f}", ret=f"{np.mean(returns):.2f}")
+        if on_episode is not None:
+            on_episode(i + 1, episodes)
     env.close()
 
     dataset = recorder.to_dataset(

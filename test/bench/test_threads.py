@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from diffpolicy_ros.device import default_threads
 
 
+@pytest.mark.slow
 def test_bench_threads_measures_each_count_quiet_and_beside_a_busy_process(run_cli):
     out = run_cli(
         "bench", "threads", "--config", "config/policy/diffusion_state_small.yaml", "--steps", "2", "--counts", "1", "0"

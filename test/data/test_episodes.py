@@ -46,6 +46,7 @@ def test_corrupt_or_inconsistent_files_raise_dataset_error(tmp_path):
         ds.validate()
 
 
+@pytest.mark.quick
 def test_failed_save_leaves_previous_file_intact(tmp_path, monkeypatch):
     path = tmp_path / "demos.npz"
     _, ds = run_demos("push", episodes=1, seed=0, progress=False, out=path)
@@ -71,6 +72,7 @@ def test_demo_cli_prints_json_and_writes_dataset(tmp_path, run_cli):
     assert EpisodeDataset.load(out).meta["task"] == "push_two_goals"
 
 
+@pytest.mark.quick
 def test_bench_sim_cli_reports_every_figure(run_cli):
     figures = run_cli("bench", "sim", "--steps", 20, "--workers", 2)
     for key in (

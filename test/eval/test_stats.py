@@ -17,6 +17,7 @@ def test_wilson_interval_matches_the_textbook_values():
         wilson_interval(0, 0)
 
 
+@pytest.mark.quick
 def test_learning_curve_plot_draws_each_curve_with_its_band(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 

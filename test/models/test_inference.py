@@ -28,6 +28,7 @@ def image_obs():
 HAS_COMPILER = has_cxx_compiler()
 
 
+@pytest.mark.quick
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
 def test_fast_resolves_to_the_native_kernel_on_cpu():
     assert ChunkPredictor(DiffusionPolicy().eval(), "cpu", backend="fast").backend == "native"
@@ -57,6 +58,7 @@ def test_fast_paths_equal_eager_and_return_chunks_in_m_per_s(image_obs, backend,
     assert fast.max_abs_diff_vs_eager(image_obs) < 1e-4
 
 
+@pytest.mark.quick
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
 def test_native_kernel_follows_the_unet_config(image_obs):
     """The C++ loop reads the layout from the config: other widths, depth, kernel, groups, schedule, DDIM-20."""
@@ -75,6 +77,7 @@ def test_native_kernel_follows_the_unet_config(image_obs):
     np.testing.assert_allclose(a, eager(batch, torch.Generator().manual_seed(2)), atol=1e-4)
 
 
+@pytest.mark.quick
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
 def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
     """A broken network must not come out as a finite (clipped) action, and a wrong weight list is an error."""
@@ -112,6 +115,7 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
         call()
 
 
+@pytest.mark.quick
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
 def test_native_kernel_reads_the_coefficients_by_the_python_names():
     from diffpolicy_ros.models.native import native_kernel
@@ -120,6 +124,7 @@ def test_native_kernel_reads_the_coefficients_by_the_python_names():
     assert list(native_kernel().coef_names()) == list(DDIMCoefficients._fields)
 
 
+@pytest.mark.quick
 def test_batched_call_and_new_instruction(image_obs):
     policy = DiffusionPolicy(DiffusionPolicyConfig(fusion=FusionConfig(use_images=False))).eval()
     predictor = ChunkPredictor(policy, "cpu", ddim_steps=10, backend="fast")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
@@ -41,6 +42,7 @@ def train(policy, demos: torch.Tensor, obs: dict, iters: int, gen: torch.Generat
         opt.step()
 
 
+@pytest.mark.slow
 def test_diffusion_keeps_both_modes_gaussian_averages_them():
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)

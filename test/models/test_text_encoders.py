@@ -17,6 +17,7 @@ RED = "push the block to the red goal"
 BLUE = "Push the block to the BLUE goal, please!"
 
 
+@pytest.mark.quick
 def test_minilm_matches_the_reference_implementation():
     """Golden values from transformers 5.17.0 ``BertModel`` + mean pooling + L2 norm (the model's own
     sentence-transformers pipeline) on the same weights; ours agreed to 1.2e-7 when these were taken."""
@@ -39,6 +40,7 @@ def test_minilm_matches_the_reference_implementation():
     torch.testing.assert_close(model([RED])[0], emb[0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.quick
 def test_minilm_meaning_is_preserved():
     emb = shared_minilm()([RED, "move the cube onto the red target", "the weather is nice today"])
     assert float(emb[0] @ emb[1]) > 0.4 > 0.1 > float(emb[0] @ emb[2])
@@ -67,6 +69,7 @@ def test_policy_with_minilm_text_saves_only_its_projection_and_runs_the_fast_pat
     assert not np.allclose(chunks[RED], chunks[BLUE])  # the instruction reaches the action
 
 
+@pytest.mark.quick
 def test_unknown_text_encoder_is_a_clear_error():
     with pytest.raises(ValueError, match="text_encoder"):
         DiffusionPolicy(DiffusionPolicyConfig(fusion=FusionConfig(use_images=False, text_encoder="bert-large")))

@@ -91,7 +91,7 @@ def test_replay_eval_report_agrees_with_offline_eval_bag(tmp_path, demo_bag):
 
 
 @pytest.mark.slow
-def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag):
+def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag, spin_until):
     """/clock from before the first message at bag time, rate x wall time, a start offset, the done flag."""
     import time
 
@@ -124,9 +124,7 @@ def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag):
     node.create_subscription(JointState, "/replayed/joint_states", on_joints, SENSOR_QOS)  # the remap took effect
     node.create_subscription(Bool, "/bag_player/done", lambda m: done.append(m.data), LATCHED_QOS)
     try:
-        deadline = time.monotonic() + 60
-        while not (done and done[-1]) and time.monotonic() < deadline:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        spin_until(node, lambda: bool(done) and done[-1], 60)
     finally:
         node.destroy_node()
         rclpy.try_shutdown()

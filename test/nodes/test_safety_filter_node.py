@@ -25,7 +25,8 @@ def test_filter_refuses_to_start_without_a_box_when_required():
     assert out.returncode == 2 and "box" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_filter_node_caps_stops_latches_and_resets():
+@pytest.mark.quick
+def test_filter_node_caps_stops_latches_and_resets(spin_until):
     import rclpy
     from geometry_msgs.msg import PoseStamped, TwistStamped
     from rclpy.node import Node
@@ -64,9 +65,7 @@ def test_filter_node_caps_stops_latches_and_resets():
         assert "active" in states
 
         out.clear()  # silence: the deadman stops the output within its limit (0.25 s) plus a tick
-        silence = time.monotonic()
-        while time.monotonic() - silence < 1.0:
-            rclpy.spin_once(node, timeout_sec=0.03)
+        spin_until(node, lambda: False, 1.0, 0.03)
         assert out and out[-1].twist.linear.x == 0.0
 
         estop.publish(Bool(data=True))

@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 
 def start_bridge(*extra: str) -> subprocess.Popen:
@@ -22,7 +23,8 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=20)
 
 
-def test_driver_mode_reset_lays_out_the_next_scene_and_poses_only_when_asked():
+@pytest.mark.quick
+def test_driver_mode_reset_lays_out_the_next_scene_and_poses_only_when_asked(spin_until):
     import rclpy
     from geometry_msgs.msg import PoseStamped
     from rclpy.node import Node
@@ -50,29 +52,22 @@ def test_driver_mode_reset_lays_out_the_next_scene_and_poses_only_when_asked():
     node.create_subscription(JointState, C.JOINT_STATES_TOPIC, lambda m: joints.append(time.monotonic()), SENSOR_QOS)
     reset = node.create_client(Trigger, "/sim_bridge/reset")
 
-    def spin(seconds: float, until) -> bool:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.05)
-            if until():
-                return True
-        return False
-
     try:
-        assert spin(60, lambda: bool(blocks) and reset.service_is_ready()), "no block pose from the driver-mode sim"
+        came_up = spin_until(node, lambda: bool(blocks) and reset.service_is_ready(), 60)
+        assert came_up, "no block pose from the driver-mode sim"
         np.testing.assert_allclose(blocks[-1], scenes[0], atol=1e-3)  # the first scene: seed 7
         future = reset.call_async(Trigger.Request())
-        assert spin(10, future.done) and future.result().success
+        assert spin_until(node, future.done, 10) and future.result().success
         n = len(blocks)
-        assert spin(5, lambda: len(blocks) > n + 2)
+        assert spin_until(node, lambda: len(blocks) > n + 2, 5)
         np.testing.assert_allclose(blocks[-1], scenes[1], atol=1e-3)  # reset: the next scene, seed 8
         stop(bridge)
 
         bridge = start_bridge()  # the default: what a cell's drivers publish, no block or goal pose
-        spin(1.0, lambda: False)
+        spin_until(node, lambda: False, 1.0)
         blocks.clear()
         joints.clear()
-        assert spin(60, lambda: len(joints) > 20), "no joint states from the driver-mode sim"
+        assert spin_until(node, lambda: len(joints) > 20, 60), "no joint states from the driver-mode sim"
         assert not blocks, "a driver-mode sim published the block pose without publish_task_state"
     finally:
         node.destroy_node()

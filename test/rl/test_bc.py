@@ -49,6 +49,7 @@ def test_random_shift_keeps_shape_and_moves_pixels():
     assert torch.equal(random_shift(images, 0, torch.Generator()), images)
 
 
+@pytest.mark.quick
 def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
     run = BCRun(
         policy=TINY_POLICY,
@@ -63,10 +64,13 @@ def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
     policy, _ = load_policy(result["checkpoint"])
     ds = EpisodeDataset.load(demos)
     np.testing.assert_allclose(policy.action_norm.high.numpy(), ds.action.max(0), atol=1e-4)
-    assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 2
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] for r in rows] == ["10", "20", "30"]  # a row at every log step, not only evaluations
+    assert rows[0].split(",")[3] == "" and rows[-1].split(",")[3] != ""  # evaluation columns when evaluated
     assert any((tmp_path / "run" / "tb").iterdir())
 
 
+@pytest.mark.quick
 def test_an_early_checkpoint_is_announced_before_the_first_evaluation(demos, tmp_path):
     from diffpolicy_ros.rl.hooks import TrainHooks
 
@@ -87,13 +91,15 @@ def test_an_early_checkpoint_is_announced_before_the_first_evaluation(demos, tmp
     )
     train_bc(run, demos, tmp_path / "run", progress=False, hooks=hooks)
     assert shown[0] == -1.0 and shown[1] == announced[1][1]["success_rate"]  # the new evaluation, at once
-    train_state, metrics = announced[0]
-    assert train_state["iter"] == 2 and metrics == {}  # early and unevaluated: what a running graph loads first
+    train_state, evaluation = announced[0]
+    assert train_state["iter"] == 2 and evaluation == {}  # early and unevaluated: what a running graph loads first
     assert [state and state["iter"] for state, _ in announced[1:]] == [6, None]  # then last.pt, best.pt at 6
+    assert announced[1][1] == announced[2][1] and announced[2][1]["episodes"] == 1  # both carry the evaluation
     assert BCRun(policy=TINY_POLICY).obs_mode() == "state"
     assert BCRun(policy={"kind": "diffusion"}).obs_mode() == "image"  # the default policy reads the cameras
 
 
+@pytest.mark.quick
 def test_eval_cli_reports_success_and_modes(demos, tmp_path, run_cli):
     run = BCRun(
         policy=TINY_POLICY,
@@ -104,6 +110,11 @@ def test_eval_cli_reports_success_and_modes(demos, tmp_path, run_cli):
     for key in ("success_rate", "mean_return", "left_fraction", "right_fraction", "episodes"):
         assert key in result
     assert result["episodes"] == 2
+    assert load_checkpoint(ckpt)["meta"]["evaluation"]["episodes"] == 1  # last.pt: evaluated at the last iteration
+    stamped = run_cli("eval", "--checkpoint", ckpt, "--episodes", 3, "--device", "cpu", "--write-evaluation")
+    evaluation = load_checkpoint(ckpt)["meta"]["evaluation"]  # what the deploy gate reads
+    assert evaluation["episodes"] == 3 and evaluation["success_rate"] == stamped["success_rate"]
+    assert evaluation["task"] == "push" and evaluation["seed"] == 10_000
 
 
 @pytest.mark.quick
@@ -142,6 +153,7 @@ def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
+@pytest.mark.quick
 def test_train_bc_cli_end_to_end(demos, tmp_path, run_cli):
     import yaml
 

@@ -108,6 +108,7 @@ def test_the_samplers_log_probs_are_the_update_s_and_pairs_score_one_step(tmp_pa
     trainer.envs.close()
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
 def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_path, kind):
     trainer, batch = first_batch(tmp_path, kind)
@@ -119,6 +120,7 @@ def test_per_element_log_prob_is_the_exact_density_averaged_over_the_chunk(tmp_p
     trainer.envs.close()
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
 def test_executed_only_likelihood_ignores_the_unexecuted_tail_of_the_chunk(tmp_path, kind):
     trainer, batch = first_batch(tmp_path, kind)
@@ -174,6 +176,7 @@ def test_each_epoch_draws_pair_fraction_of_the_pairs_with_per_step_clips_and_dis
     trainer.envs.close()
 
 
+@pytest.mark.quick
 def test_target_kl_stops_the_update_before_the_step_that_would_pass_it(tmp_path):
     trainer, batch = first_batch(tmp_path)
     cfg = trainer.run.train
@@ -282,6 +285,7 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(tmp_path):
     assert load_checkpoint(found)["train_state"]["iteration"] == 2
 
 
+@pytest.mark.quick
 def test_ddp_with_two_cpu_ranks(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({**TINY_RUN, "train": {**TINY_RUN["train"], "total_env_steps": 640}}))

@@ -12,6 +12,7 @@ from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.sim.demos import run_demos
 
 
+@pytest.mark.slow
 def test_diffusion_ppo_clearly_improves_a_weak_bc_start(tmp_path):
     demos = tmp_path / "demos.npz"
     run_demos("point_mass", episodes=10, seed=0, out=demos, progress=False)

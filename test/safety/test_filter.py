@@ -68,6 +68,7 @@ def run(events, lim: SafetyLimits, start_pose=(0.5, 0.0, 0.1)):
         prev, first = result.last_output if hasattr(result, "last_output") else f.last_output.copy(), False
 
 
+@pytest.mark.quick
 @settings(max_examples=300, deadline=None)
 @given(st.lists(event, min_size=1, max_size=60))
 def test_output_is_finite_capped_and_never_leaves_the_box(events):
@@ -85,6 +86,7 @@ def test_output_is_finite_capped_and_never_leaves_the_box(events):
                 assert np.linalg.norm(out - prev) <= lim.max_accel * dt + 1e-9
 
 
+@pytest.mark.quick
 @settings(max_examples=200, deadline=None)
 @given(st.lists(event, min_size=1, max_size=40), st.floats(0.26, 3.0))
 def test_zero_within_one_tick_of_a_deadman_expiry(events, silence):
@@ -100,6 +102,7 @@ def test_zero_within_one_tick_of_a_deadman_expiry(events, silence):
     assert not np.any(result.command) and result.state in ("waiting", "estop", "timeout")
 
 
+@pytest.mark.quick
 @settings(max_examples=200, deadline=None)
 @given(st.lists(event, min_size=1, max_size=40))
 def test_estop_latches_until_a_reset_with_the_button_released(events):
@@ -213,6 +216,7 @@ def test_limits_that_cannot_protect_are_errors(bad):
     ),
     inside,
 )
+@pytest.mark.quick
 def test_an_arm_that_follows_the_output_stays_in_the_box_when_poses_arrive_late_or_not_at_all(stream, start):
     """The box is checked against the newest pose plus the commands sent since (dead reckoning): a pose that
     is a few ticks old (within the deadman) must not let the tool cross a face."""
@@ -241,6 +245,7 @@ def test_a_pose_that_teleports_is_a_glitch_until_the_pose_deadman_expires():
     assert f.offer_pose((0.3, 0.2, 0.1), 0.4, "world", 0.4, 0.4) == ""
 
 
+@pytest.mark.quick
 def test_bench_safety_offline_streams_break_no_limit():
     from diffpolicy_ros.bench.safety import bench_safety
 

@@ -19,6 +19,7 @@ def test_expert_succeeds_on_push_over_200_seeded_episodes():
     assert dataset.n_episodes == 200
 
 
+@pytest.mark.quick
 def test_expert_succeeds_on_two_goals():
     summary, dataset = run_demos("push_two_goals", episodes=40, seed=100, progress=False)
     assert summary.success_rate >= 0.9

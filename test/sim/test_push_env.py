@@ -44,6 +44,7 @@ def test_same_seed_reproduces_trajectory_bit_for_bit():
     assert not np.array_equal(a[0], c[0])
 
 
+@pytest.mark.quick
 def test_reset_ranges_follow_config():
     env = make_env("push")
     cfg = env.cfg
@@ -91,6 +92,7 @@ def test_actions_are_clipped_to_max_speed():
     assert speed == pytest.approx(env.cfg.max_speed, rel=0.2)
 
 
+@pytest.mark.quick
 def test_workspace_clip_keeps_pusher_above_the_table():
     env = make_env("push")
     env.reset(seed=1)
@@ -154,6 +156,7 @@ def test_step_chunk_matches_single_steps_and_respects_execute_horizon():
     assert np.array_equal(obs_a["proprio"], b._observation()["proprio"])
 
 
+@pytest.mark.quick
 def test_step_chunk_stops_at_termination():
     env = make_env("push", max_episode_steps=5, execute_horizon=16)
     env.reset(seed=0)
@@ -162,6 +165,7 @@ def test_step_chunk_stops_at_termination():
     assert info["elapsed_steps"] == 5
 
 
+@pytest.mark.quick
 def test_success_terminates_with_bonus():
     env = make_env("push")
     env.reset(seed=0)
@@ -173,6 +177,7 @@ def test_success_terminates_with_bonus():
     assert reward > env.cfg.success_bonus * 0.5
 
 
+@pytest.mark.quick
 def test_block_off_table_terminates():
     env = make_env("push")
     env.reset(seed=0)
@@ -183,6 +188,7 @@ def test_block_off_table_terminates():
     assert reward < 0
 
 
+@pytest.mark.quick
 def test_reward_rewards_block_progress_toward_goal():
     env = make_env("push")
     env.reset(seed=0)
@@ -210,6 +216,7 @@ def test_observation_modes():
         make_env("push", obs_mode="depth")
 
 
+@pytest.mark.quick
 def test_images_show_the_block_moving():
     env = make_env("push", obs_mode="image")
     env.reset(seed=0)
@@ -222,6 +229,7 @@ def test_images_show_the_block_moving():
     env.close()
 
 
+@pytest.mark.quick
 def test_two_goal_instruction_names_the_goal_that_counts():
     env = make_env("push_two_goals")
     colours = set()
@@ -244,6 +252,7 @@ def test_two_goal_instruction_names_the_goal_that_counts():
     assert not info["is_success"] and not terminated
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("task", ["push", "push_two_goals"])
 @pytest.mark.parametrize("obs_mode", ["state", "image"])
 def test_gymnasium_env_checker_passes(task, obs_mode):
@@ -252,6 +261,7 @@ def test_gymnasium_env_checker_passes(task, obs_mode):
     env.close()
 
 
+@pytest.mark.quick
 def test_chunk_wrapper_sums_rewards_and_keeps_boundaries():
     env = ChunkStepEnv(make_env("push", max_episode_steps=20, execute_horizon=16), horizon=16)
     env.reset(seed=0)

@@ -9,6 +9,7 @@ from diffpolicy_ros.sim import make_env
 from diffpolicy_ros.sim.vector import make_vec_env
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("obs_mode", ["state", "image"])
 def test_vector_env_equals_single_envs_with_same_seeds(obs_mode):
     n, seed, horizon = 2, 11, 16
@@ -45,6 +46,7 @@ def test_vector_env_equals_single_envs_with_same_seeds(obs_mode):
         env.close()
 
 
+@pytest.mark.quick
 def test_vector_env_autoresets_finished_envs_in_the_same_step():
     venv = make_vec_env("push", 2, chunk_horizon=16, max_episode_steps=20, execute_horizon=16)
     try:

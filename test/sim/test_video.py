@@ -22,6 +22,7 @@ def test_projection_puts_a_point_on_the_optical_axis_at_the_image_centre():
     assert np.all(np.isnan(uv[3]))  # behind the camera
 
 
+@pytest.mark.quick
 def test_episode_video_draws_the_path_and_reads_back(tmp_path):
     env = make_env("push")
     env.reset(seed=0)
