@@ -23,6 +23,16 @@ class PolicySpec:
     def active(self) -> DiffusionPolicyConfig | GaussianPolicyConfig:
         return self.diffusion if self.kind == "diffusion" else self.gaussian
 
+    def fit_task(self, proprio_dim: int, goals_dim: int, action_dim: int) -> None:
+        """The task defines the shapes, not the policy YAML: the proprio width, the extra state of a two-goal task
+        (both goals' xy: ``obs["goals"]``, 0 without it) and the action width."""
+        active = self.active()
+        active.fusion.proprio_dim, active.fusion.extra_state_dim, active.action_dim = proprio_dim, goals_dim, action_dim
+
+    def state_dim(self) -> int:
+        """The state vector the policy reads: proprio plus the extra (two-goal) state."""
+        return self.active().fusion.proprio_dim + self.active().fusion.extra_state_dim
+
 
 def policy_spec(data: dict[str, Any] | None) -> PolicySpec:
     spec = from_dict(PolicySpec, data)

@@ -106,13 +106,14 @@ def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
 
 
 def spawn_graph(
-    name: str, overrides: dict[str, str], env: dict[str, str] | None = None, stdout=None
+    name: str, overrides: dict[str, str], env: dict[str, str] | None = None, stdout=None, cwd: str | None = None
 ) -> subprocess.Popen:
     """Start ``diffpolicy launch <name> k:=v ...`` in its own process group (for benchmarks and tests)."""
     args = [f"{k}:={v}" for k, v in overrides.items()]
     return subprocess.Popen(
         [sys.executable, "-m", "diffpolicy_ros.cli", "launch", name, *args],
         env=env,
+        cwd=cwd,
         stdout=subprocess.DEVNULL if stdout is None else stdout,
         stderr=subprocess.STDOUT if stdout is not None else subprocess.DEVNULL,
         start_new_session=True,

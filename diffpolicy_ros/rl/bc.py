@@ -156,10 +156,9 @@ def train_bc(
     if isinstance(data_path, EpisodeDataset):
         data_path = ", ".join(dataset.meta.get("source", ["(in memory)"]))
     task = dataset.meta.get("task", "push")
+    goals = dataset.obs.get("goals")
+    spec.fit_task(dataset.obs["proprio"].shape[1], goals[0].size if goals is not None else 0, dataset.action.shape[1])
     fusion = spec.active().fusion
-    fusion.proprio_dim = dataset.obs["proprio"].shape[1]  # the task defines the shapes, not the policy YAML
-    fusion.extra_state_dim = 4 if "goals" in dataset.obs else 0
-    spec.active().action_dim = dataset.action.shape[1]
     obs_mode = run.obs_mode()
     if fusion.use_images and "image_top" not in dataset.obs:
         raise DatasetError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")

@@ -213,6 +213,13 @@ class Rollout:
     env_steps: int
 
 
+def task_dims(observation_space, action_space) -> tuple[int, int, int]:
+    """(proprio width, two-goal extra state width, action width) of an env's (single) spaces."""
+    goals = observation_space.spaces.get("goals")
+    goals_dim = int(np.prod(goals.shape)) if goals is not None else 0
+    return observation_space["proprio"].shape[0], goals_dim, action_space.shape[-1]
+
+
 def step_info(info: dict, key: str) -> np.ndarray:
     """``key`` from the step that just ran, per env: envs that finished report it in ``final_info``
     (their ``info`` is already the next episode's reset info)."""
@@ -326,10 +333,7 @@ class PPOTrainer:
             return policy, policy_spec(source["policy_spec"]), False
         spec = policy_spec(run.policy)
         env = make_env(run.task, **run.env)  # for its spaces
-        active = spec.active()
-        active.fusion.proprio_dim = env.observation_space["proprio"].shape[0]
-        active.fusion.extra_state_dim = 4 if "goals" in env.observation_space.spaces else 0
-        active.action_dim = env.action_space.shape[0]
+        spec.fit_task(*task_dims(env.observation_space, env.action_space))
         policy = build_policy(spec)
         # from scratch: actions normalized by the env's bounds; state statistics fitted on the first rollout
         bounds = [torch.as_tensor(b, dtype=torch.float32) for b in (env.action_space.low, env.action_space.high)]
@@ -338,14 +342,13 @@ class PPOTrainer:
         return policy, spec, True
 
     def _check_policy_fits_task(self) -> None:
-        obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
-        active = self.spec.active()
-        state_dim = obs_space["proprio"].shape[0] + (4 if "goals" in obs_space.spaces else 0)
-        fusion = active.fusion
-        if (fusion.proprio_dim + fusion.extra_state_dim, active.action_dim) != (state_dim, act_space.shape[-1]):
+        envs = self.envs
+        proprio_dim, goals_dim, action_dim = task_dims(envs.single_observation_space, envs.single_action_space)
+        policy = (self.spec.state_dim(), self.spec.active().action_dim)
+        if policy != (proprio_dim + goals_dim, action_dim):
             raise ConfigError(
-                f"the policy (state {fusion.proprio_dim + fusion.extra_state_dim}, actions {active.action_dim}) "
-                f"does not fit task {self.run.task!r} (state {state_dim}, actions {act_space.shape[-1]})"
+                f"the policy (state {policy[0]}, actions {policy[1]}) does not fit task {self.run.task!r} "
+                f"(state {proprio_dim + goals_dim}, actions {action_dim})"
             )
 
     def total_iterations(self) -> int:
@@ -421,19 +424,20 @@ class PPOTrainer:
                     if trunc[i]:
                         final_obs.append((t, int(i), info["final_obs"][i]))
         return Rollout(
-            obs_buf, records, log_probs, rewards, discounts, terminated, truncated, final_obs, obs, ep_returns,
-            ep_successes, env_steps,
+            obs=obs_buf, records=records, log_probs=log_probs, rewards=rewards, discounts=discounts,
+            terminated=terminated, truncated=truncated, final_obs=final_obs, last_obs=obs,
+            episode_returns=ep_returns, episode_successes=ep_successes, env_steps=env_steps,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ 2. batch: values, old log-probs, GAE
     @torch.no_grad()
-    def prepare_batch(self, ro: Rollout) -> dict:
+    def prepare_batch(self, rollout: Rollout) -> dict:
         cfg = self.run.train
-        t_max, n = ro.rewards.shape
-        flat = {k: v.reshape(t_max * n, *v.shape[2:]) for k, v in ro.obs.items() if k != "instruction"}
-        flat["instruction"] = [s for row in ro.obs["instruction"] for s in row]
+        t_max, n = rollout.rewards.shape
+        flat = {k: v.reshape(t_max * n, *v.shape[2:]) for k, v in rollout.obs.items() if k != "instruction"}
+        flat["instruction"] = [s for row in rollout.obs["instruction"] for s in row]
         # one host->device copy of the rollout, plus the N last and the truncation observations
-        extra = [ro.last_obs] + [_as_batch(o) for _, _, o in ro.final_obs]
+        extra = [rollout.last_obs] + [_as_batch(o) for _, _, o in rollout.final_obs]
         everything = {
             k: np.concatenate([flat[k]] + [np.asarray(e[k]) for e in extra]) for k in flat if k != "instruction"
         }
@@ -451,11 +455,11 @@ class PPOTrainer:
         values = values_all[:b].view(t_max, n)
         last_values = values_all[b : b + n]
         final_values = torch.zeros(t_max, n, device=self.device)
-        for j, (t, i, _) in enumerate(ro.final_obs):
+        for j, (t, i, _) in enumerate(rollout.final_obs):
             final_values[t, i] = values_all[b + n + j]
         obs = select(obs_all, torch.arange(b, device=self.device))
-        records = ro.records.view(b, *ro.records.shape[2:])
-        old_logp = ro.log_probs.view(b, -1).float()  # the sampler's own: exact on fp32, no second pass
+        records = rollout.records.view(b, *rollout.records.shape[2:])
+        old_logp = rollout.log_probs.view(b, -1).float()  # the sampler's own: exact on fp32, no second pass
         # recomputed where the sampler's densities are not the update's: under autocast (low-precision means
         # differ between batches) and after the normalizer was just fitted
         if self.amp.enabled or refit:
@@ -468,8 +472,8 @@ class PPOTrainer:
             return torch.from_numpy(a).to(self.device)
 
         advantages, returns = gae(
-            dev(ro.rewards), values, last_values, dev(ro.terminated), dev(ro.truncated), dev(ro.discounts),
-            cfg.gae_lambda, final_values,
+            dev(rollout.rewards), values, last_values, dev(rollout.terminated), dev(rollout.truncated),
+            dev(rollout.discounts), cfg.gae_lambda, final_values,
         )  # fmt: skip
         return {
             "obs": obs,

@@ -8,8 +8,10 @@ plumbing and timing deterministically, not a policy's skill (BC and eval tests d
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -111,8 +113,10 @@ def test_sim_train_graph_end_to_end(tmp_path, spin_until):
 
 @pytest.mark.slow
 def test_the_trainer_records_trains_and_moves_the_arm_with_the_multimodal_policy(tmp_path, spin_until):
-    """``make sim-train`` at a tiny budget: the default (multimodal) policy's demonstrations carry both cameras,
-    the early BC checkpoint reaches the policy node and the arm moves, and the finished trainer says so."""
+    """``make sim-train`` at a tiny budget, from a fresh folder: the default (multimodal) policy's demonstrations
+    carry both cameras, the early BC checkpoint reaches the policy node and the arm moves, the console tells the
+    story, the finished trainer says so — and the README's next commands find the run's best checkpoint where
+    the README says it is."""
     import rclpy
     from geometry_msgs.msg import TwistStamped
     from rclpy.node import Node
@@ -124,15 +128,14 @@ def test_the_trainer_records_trains_and_moves_the_arm_with_the_multimodal_policy
     log = open(tmp_path / "graph.log", "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     overrides = {
-        "run_dir": str(tmp_path / "run"),
         "demo_episodes": "2",
         "iters": "4",
         "first_checkpoint_iter": "1",
-        "eval_every": "100",
+        "eval_every": "4",
         "eval_episodes": "1",
         "ppo_env_steps": "0",
     }
-    graph = spawn_graph("sim_train", overrides, env, stdout=log)
+    graph = spawn_graph("sim_train", overrides, env, stdout=log, cwd=str(tmp_path))  # the run: runs/sim_train-*
     rclpy.init()
     node = Node("trainer_test_probe")
     announced, moving = [], []
@@ -153,9 +156,36 @@ def test_the_trainer_records_trains_and_moves_the_arm_with_the_multimodal_policy
         code = stop_graph(graph, timeout=30)
         log.close()
     assert code == 0, log_tail(tmp_path)
-    demos = EpisodeDataset.load(tmp_path / "run" / "demos.npz")
+    run = (tmp_path / "runs" / "latest").resolve()
+    assert run.name.startswith("sim_train-")
+    demos = EpisodeDataset.load(run / "demos.npz")
     assert {"image_top", "image_side", "proprio"} <= set(demos.obs) and demos.n_episodes == 2
-    assert log_tail(tmp_path).count("training finished") == 1
+    console = (tmp_path / "graph.log").read_text()
+    assert console.count("training finished") == 1
+    # the console tells the story: what the trainer does and what comes next, the first motion, once each
+    assert "recording 2 expert demonstrations with both cameras for BC; then BC 4 iterations" in console
+    assert console.count("the arm is moving") == 1
+    assert "ee pose rejected" not in console  # a sim reset's pose jump is expected: INFO, counted
+    # the run's best checkpoint is where the README's next commands look for it
+    best = tmp_path / "runs" / "latest" / "checkpoints" / "best.pt"
+    assert best.resolve() == (run / "bc" / "checkpoints" / "best.pt").resolve()
+    guide = readme_commands()
+    readme = [line for line in guide.COMMANDS if "runs/latest/checkpoints/best.pt" in line]
+    assert readme, "the README no longer names runs/latest/checkpoints/best.pt"
+    for line in readme:
+        args = guide.cli_args(line)
+        if args[0] == "eval":  # the cheap follow-on (the graph ones have their own tests)
+            result = subprocess.run([sys.executable, "-m", "diffpolicy_ros.cli", *guide.small(args), "--json"],
+                                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+            assert result.returncode == 0, f"{line}\n{result.stderr[-2000:]}"
+
+
+def readme_commands():
+    """test/test_readme.py's reading of the README's command lines (one parser for both tests)."""
+    spec = importlib.util.spec_from_file_location("readme_commands", REPO / "test" / "test_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def log_tail(tmp_path: Path) -> str:
