@@ -46,6 +46,9 @@ def test_anything_else_is_an_error_never_false(text):
         ("sim_train", {"task": "pushh"}, "task:='pushh': expected one of push, push_two_goals, point_mass"),
         ("sim_train", {"seed": "-3"}, "seed:='-3'"),
         ("replay_eval", {"bag": "b", "checkpoint": "c", "rate": "0"}, "rate:='0': expected a number > 0"),
+        ("real_arm", {"box_low": "[0.7, 0.3, 0.3]", "box_high": "[0.3, -0.3, 0.05]"}, "box_low must be below"),
+        ("real_arm", {"min_success": "1.5"}, "min_success:='1.5': expected a number in"),
+        ("real_arm", {"allow_unproven": "sure"}, "allow_unproven:='sure'"),
     ],
 )
 def test_a_malformed_argument_is_an_error_naming_it(graph_name, overrides, fragment):

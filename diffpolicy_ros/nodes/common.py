@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable
 
@@ -139,7 +138,6 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
     which nodes owning a GL context (sim_bridge) need.
     """
     rclpy.init(args=sys.argv if args is None else args)
-    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
     node = None
     try:
         node = factory()

@@ -299,6 +299,9 @@ def real_arm(a: dict) -> list[NodeSpec]:
     policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
     policy.parameters.update(min_success=a["min_success"], allow_unproven=a["allow_unproven"])  # the deploy gate
     box = {k: a[k] for k in ("box_low", "box_high") if a[k] is not None}
+    if len(box) == 2 and not all(lo < hi for lo, hi in zip(box["box_low"], box["box_high"])):
+        raise ArgumentError(f"arguments box_low:={box['box_low']} box_high:={box['box_high']}: box_low must be below "
+                            "box_high on every axis")  # fmt: skip
     arm = []
     if a["hil"]:  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in
         sim = {"task": a["task"], "seed": a["seed"], "driver_mode": True, "publish_task_state": a["hil_task_state"],

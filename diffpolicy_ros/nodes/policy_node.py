@@ -13,6 +13,7 @@ evaluation at or above ``min_success``; otherwise it is refused with the reason 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
@@ -100,7 +101,10 @@ class PolicyNode(Node):
         self.predictor: ChunkPredictor | None = None
         self.need_images, self.need_task_state = False, True
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
-        self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        # checkpoints load in a daemon thread: a first load can build the native kernel for a minute, and a stop
+        # must not wait for it (a ThreadPoolExecutor's threads are joined at exit)
+        self.to_load: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self.load_requested, name="checkpoint", daemon=True).start()
         self.busy = threading.Event()
         self.closing = threading.Event()
         self.stats = {"chunks": 0, "dropped_busy": 0, "refused_obs": 0, "reloads": 0, "failed_reloads": 0}
@@ -163,7 +167,7 @@ class PolicyNode(Node):
     def request_reload(self, path: str) -> None:
         if self.predictor is None:
             self.problem = f"loading {path}"
-        self.loader.submit(self.reload, path)
+        self.to_load.put(path)
 
     def on_set_parameters(self, params):
         from rcl_interfaces.msg import SetParametersResult
@@ -174,6 +178,11 @@ class PolicyNode(Node):
             elif p.name != "checkpoint":
                 return SetParametersResult(successful=False, reason=f"{p.name} is read at start only")
         return SetParametersResult(successful=True)
+
+    def load_requested(self) -> None:
+        while (path := self.to_load.get()) is not None:
+            if not self.closing.is_set():
+                self.reload(path)
 
     def reload(self, path: str) -> None:
         try:
@@ -282,7 +291,7 @@ class PolicyNode(Node):
         """Before the node is destroyed: no new work, and the running inference finishes (< 0.1 s) so it never
         publishes through a destroyed publisher (the 'cannot use Destroyable' error on Ctrl-C)."""
         self.closing.set()
-        self.loader.shutdown(wait=False, cancel_futures=True)  # a load in progress only logs; it checks closing
+        self.to_load.put(None)  # a load in progress finishes in its daemon thread, or is cut short by the exit
         self.worker.shutdown(wait=True, cancel_futures=True)
 
 

@@ -1,7 +1,9 @@
 """``diffpolicy launch <graph> [name:=value ...]``: run a graph without launch_ros, one process per node.
 
 Each node runs as ``python -m diffpolicy_ros.nodes.<executable> --ros-args -r __node:=<name> -p k:=v ...``.
-Output lines are prefixed with the node name. SIGINT/SIGTERM are forwarded to every node; if a required
+Output lines are prefixed with the node name. A stop (Ctrl-C, SIGTERM) reaches every node as SIGTERM: a node that is
+spinning stops cleanly (run_node), one still importing its libraries ends silently — SIGINT there would print a
+KeyboardInterrupt traceback from inside the import. If a required
 node exits the whole graph is stopped. The exit code is 0 after a requested stop, else the failed node's.
 ROS traffic stays on this machine unless the caller set ROS_AUTOMATIC_DISCOVERY_RANGE itself.
 """
@@ -90,7 +92,7 @@ def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
     finally:
         for _, proc in procs.values():
             if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for node_name, (_, proc) in procs.items():
             try:
