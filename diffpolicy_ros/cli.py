@@ -125,8 +125,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if env_overrides:
             raise UserError("--to-bag records the task's default settings; drop --config")
         summary = write_demo_bag(
-            args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json
-        )
+            args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json,
+            compressed=args.compressed,
+        )  # fmt: skip
         _print_json_or_table(summary, args.json)
         return 0
 
@@ -164,13 +165,12 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
     data = args.data
     if data.is_dir() or data.suffix in (".mcap", ".db3"):  # rosbag2 bags, through the live preprocessing
         from diffpolicy_ros.bags.dataset import dataset_from_bags
+        from diffpolicy_ros.messages.topic_map import TopicMap
         from diffpolicy_ros.models.factory import policy_spec
 
         fusion = policy_spec(run.policy).active().fusion
         task_state = fusion.use_task_state or fusion.aux_task_state_weight > 0  # inputs, or the auxiliary labels
-        data, summary = dataset_from_bags(
-            data, run.train.bag_topics, run.train.bag_command_topic, task_state, warn=_warn
-        )
+        data, summary = dataset_from_bags(data, TopicMap.load(args.topic_map), task_state, warn=_warn)
         _warn(f"from bags: {summary}")
     run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
     result = train_bc(run, data, run_dir, progress=not args.json)
@@ -245,11 +245,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.messages.topic_map import TopicMap
     from diffpolicy_ros.nodes.bag_recorder import main as recorder
 
+    topics = args.topics or []
+    if args.topic_map is not None:  # the cell's topics of the contract's roles (and any listed besides)
+        topics = sorted({*topics, *TopicMap.load(args.topic_map).topics.values()})
     params = {
         "out": str(args.out),
-        "topics": args.topics or [""],
+        "topics": topics or [""],
+        "compress_images": args.compressed,
         "storage": args.storage,
         "metadata_version": args.metadata_version,
         "duration_s": float(args.duration),
@@ -261,6 +266,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 def cmd_eval_bag(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bags.evaluate import evaluate_bag
     from diffpolicy_ros.device import resolve_device
+    from diffpolicy_ros.messages.topic_map import TopicMap
 
     report = evaluate_bag(
         args.bag,
@@ -270,7 +276,7 @@ def cmd_eval_bag(args: argparse.Namespace) -> int:
         device=resolve_device(args.device),
         batch_size=args.batch_size,
         ddim_steps=args.ddim_steps,
-        command_topic=args.command_topic,
+        topic_map=TopicMap.load(args.topic_map).with_command(args.command_topic),
         out_dir=args.out,
         warn=_warn,
     )
@@ -388,6 +394,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     _video_options(demo)
     demo.add_argument("--to-bag", type=Path, default=None, help="write the episodes as a rosbag2 bag (a new folder)")
     demo.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (--to-bag)")
+    demo.add_argument(
+        "--compressed", action="store_true", help="--to-bag: cameras as JPEG CompressedImage on <topic>/compressed"
+    )
     demo.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
     demo.set_defaults(func=cmd_demo)
 
@@ -410,6 +419,7 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
     bc.add_argument("--eval-every", type=int, default=None)
     bc.add_argument("--eval-episodes", type=int, default=None)
     bc.add_argument("--final-eval-episodes", type=int, default=None)
+    bc.add_argument("--topic-map", type=Path, default=None, help="bags: the cell's topic names (a role: topic YAML)")
     bc.add_argument("--json", action="store_true")
     _threads_option(bc)
     bc.set_defaults(func=cmd_train_bc)
@@ -476,6 +486,10 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     rec.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
     rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
+    rec.add_argument("--topic-map", type=Path, default=None, help="record the cell's topics of this role: topic YAML")
+    rec.add_argument(
+        "--compressed", action="store_true", help="write raw sensor_msgs/Image topics as JPEG on <topic>/compressed"
+    )
     rec.set_defaults(func=cmd_record)
 
 
@@ -492,7 +506,10 @@ def _add_eval_bag(sub: argparse._SubParsersAction) -> None:
     evb.add_argument("--device", default="auto")
     evb.add_argument("--batch-size", type=int, default=32)
     evb.add_argument("--ddim-steps", type=int, default=None, help="default: the checkpoint's")
-    evb.add_argument("--command-topic", default="/arm/cmd_twist", help="the recorded commands to compare with")
+    evb.add_argument(
+        "--command-topic", default=None, help="the recorded commands to compare with (default: the topic map's)"
+    )
+    evb.add_argument("--topic-map", type=Path, default=None, help="the cell's topic names (a role: topic YAML)")
     evb.add_argument("--out", type=Path, default=None, help="write report.json and PNGs here")
     evb.add_argument("--json", action="store_true")
     _threads_option(evb)

@@ -91,6 +91,7 @@ EE_POSE_TOPIC = "/arm/ee_pose"
 ESTOP_TOPIC = "/safety/estop"
 SPEED_SCALING_TOPIC = "/speed_scaling_state_broadcaster/speed_scaling"  # the UR driver's (std_msgs/Float64)
 CHECKPOINT_TOPIC = "/trainer/checkpoint"
+POLICY_READY_TOPIC = "/policy/ready"  # std_msgs/String, latched: the checkpoint the policy node has loaded
 MARKERS_TOPIC = "/visualization/markers"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 CLOCK_TOPIC = "/clock"

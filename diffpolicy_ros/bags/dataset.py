@@ -15,9 +15,10 @@ import numpy as np
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.bags.replay import Command, Episode, walk_bag
-from diffpolicy_ros.data.bag_io import BagError
+from diffpolicy_ros.data.bag_io import BagError, bag_info
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
 from diffpolicy_ros.messages.observation import RawInputs
+from diffpolicy_ros.messages.topic_map import TopicMap
 
 EPISODE_GAP_S = 0.5
 
@@ -43,8 +44,7 @@ def is_bag(path: str | Path) -> bool:
 
 def dataset_from_bags(
     path: str | Path,
-    topics: dict[str, str] | None = None,
-    command_topic: str = C.CMD_TWIST_TOPIC,
+    topic_map: TopicMap | None = None,
     task_state: bool = True,
     max_age: float = 0.35,
     warn=print,
@@ -68,8 +68,9 @@ def dataset_from_bags(
 
     for bag in bags:
         last_t = None
-        inputs = RawInputs(topics)
-        for event in walk_bag(bag, inputs, True, task_state, command_topic, max_age=max_age, warn=warn):
+        topics = (topic_map or TopicMap()).for_bag(bag_info(bag).topics)
+        inputs = RawInputs(topics.inputs())
+        for event in walk_bag(bag, inputs, True, task_state, topics.command, max_age=max_age, warn=warn):
             if isinstance(event, Episode):
                 if event.mark.get("event") == "start":
                     close_episode()

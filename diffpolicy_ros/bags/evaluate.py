@@ -21,6 +21,7 @@ from diffpolicy_ros.bags.replay import Command, Episode, Tick, walk_bag
 from diffpolicy_ros.data.bag_io import BagError, bag_info
 from diffpolicy_ros.eval.chunk_scores import score, write_report
 from diffpolicy_ros.messages.observation import RawInputs
+from diffpolicy_ros.messages.topic_map import TopicMap
 from diffpolicy_ros.models.checkpoint import checkpoint_meta, load_policy
 from diffpolicy_ros.models.obs import obs_to_torch
 
@@ -33,8 +34,7 @@ def evaluate_bag(
     device: str = "cpu",
     batch_size: int = 32,
     ddim_steps: int | None = None,
-    topics: dict[str, str] | None = None,
-    command_topic: str = C.CMD_TWIST_TOPIC,
+    topic_map: TopicMap | None = None,
     rate_hz: float = 1.0 / C.CONTROL_PERIOD_S,
     max_age: float = 0.35,
     out_dir: str | Path | None = None,
@@ -46,9 +46,11 @@ def evaluate_bag(
     need_images, need_task_state = bool(fusion.use_images), bool(fusion.use_task_state)
     execute = checkpoint_meta(ckpt).execute_horizon
     info = bag_info(bag)
+    topics = (topic_map or TopicMap()).for_bag(info.topics)  # the cell's names; cameras raw or compressed
+    command_topic = topics.command
 
     # -- walk the bag: observations at the policy's ticks, and the recorded commands --------------------
-    inputs = RawInputs(topics)
+    inputs = RawInputs(topics.inputs())
     observations, stamps = [], []
     # policy ticks without a complete, fresh observation, by cause: an input not seen yet (the bag's start),
     # one older than max_age inside an episode (a dropped or late message); the gaps between a demo bag's

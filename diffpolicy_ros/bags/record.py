@@ -30,8 +30,10 @@ def write_demo_bag(
     storage: str = "mcap",
     metadata_version: int = 9,
     progress: bool = True,
+    compressed: bool = False,
 ) -> dict:
-    """Scripted-expert episodes on sim time, as the sim graph would publish them; returns a summary."""
+    """Scripted-expert episodes on sim time, as the sim graph would publish them; returns a summary.
+    ``compressed``: the cameras as JPEG CompressedImage on ``<topic>/compressed`` (what cells record)."""
     from builtin_interfaces.msg import Time
     from rosgraph_msgs.msg import Clock
     from std_msgs.msg import String
@@ -56,7 +58,8 @@ def write_demo_bag(
             return Time(sec=t_ns // 1_000_000_000, nanosec=t_ns % 1_000_000_000)
 
         def write_step(obs: dict) -> None:
-            for topic, msg in step_messages(env, obs, stamp(), C.WORLD_FRAME, images=True, task_state=True):
+            messages = step_messages(env, obs, stamp(), C.WORLD_FRAME, True, task_state=True, compressed=compressed)
+            for topic, msg in messages:
                 bag.write(topic, t_ns, msg)
             bag.write(C.CLOCK_TOPIC, t_ns, Clock(clock=stamp()))
 
@@ -84,13 +87,18 @@ def write_demo_bag(
             successes.append(bool(info["is_success"]))
             t_ns += EPISODE_GAP_NS
     env.close()
+    duration_s = (last_ns - EPISODE_GAP_NS) * 1e-9  # first to last message, as the metadata says
+    size_mb = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file()) / 1e6
     return {
         "bag": str(out),
         "episodes": episodes,
         "steps": steps,
         "success_rate": float(np.mean(successes)),
-        "duration_s": round((last_ns - EPISODE_GAP_NS) * 1e-9, 2),  # first to last message, as the metadata says
+        "duration_s": round(duration_s, 2),
         "storage": storage,
+        "cameras": "compressed (jpeg)" if compressed else "raw",
+        "size_mb": round(size_mb, 2),
+        "mb_per_min": round(size_mb / max(duration_s / 60, 1e-9), 1),  # of bag time
         "metadata_version": metadata_version,
         "wall_s": round(time.perf_counter() - start, 2),
     }

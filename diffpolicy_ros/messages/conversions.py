@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import PoseStamped, Transform, Twist, TwistStamped, Vector3
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from trajectory_msgs.msg import MultiDOFJointTrajectory, MultiDOFJointTrajectoryPoint
 
 try:  # cv_bridge on a ROS 2 distro machine; plain numpy otherwise (PyPI's cv-bridge is a broken ROS 1 copy)
@@ -51,8 +51,48 @@ def numpy_to_image(rgb: np.ndarray, stamp: Time, frame_id: str) -> Image:
     return msg
 
 
-def image_to_rgb(msg: Image) -> np.ndarray:
-    """Any supported 8-bit encoding -> uint8 [H, W, 3] RGB."""
+COMPRESSED_SUFFIX = "/compressed"  # image_transport's topic for sensor_msgs/CompressedImage
+COMPRESSED_FORMATS = ("jpeg", "png")
+
+
+def is_compressed_topic(topic: str) -> bool:
+    return topic.rstrip("/").endswith(COMPRESSED_SUFFIX)
+
+
+def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+    """A JPEG or PNG sensor_msgs/CompressedImage (what image_transport offers and cells record) -> uint8
+    [H, W, 3] RGB, decoded with OpenCV; a corrupt or truncated frame is a MessageError (counted, skipped)."""
+    import cv2
+
+    fmt = msg.format.lower()
+    if not any(f in fmt for f in COMPRESSED_FORMATS) and fmt not in ("", "rgb8", "bgr8"):
+        raise MessageError(f"unsupported compressed format {msg.format!r} (supported: jpeg, png)")
+    data = np.frombuffer(bytes(msg.data), dtype=np.uint8)
+    if data.size == 0:
+        raise MessageError("empty compressed image")
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if bgr is None or bgr.size == 0:
+        raise MessageError(f"corrupt compressed image ({data.size} bytes of {msg.format or 'unknown format'})")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def rgb_to_compressed(rgb: np.ndarray, stamp: Time, frame_id: str, fmt: str = "jpeg", quality: int = 90):
+    """uint8 [H, W, 3] RGB -> sensor_msgs/CompressedImage as image_transport's compressed plugin writes it."""
+    import cv2
+
+    ext, params = (".png", []) if fmt == "png" else (".jpg", [cv2.IMWRITE_JPEG_QUALITY, quality])
+    ok, buf = cv2.imencode(ext, cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2BGR), params)
+    if not ok:
+        raise MessageError(f"could not encode a {rgb.shape} image as {fmt}")
+    msg = CompressedImage(format=f"rgb8; {fmt} compressed bgr8", data=buf.tobytes())
+    msg.header.stamp, msg.header.frame_id = stamp, frame_id
+    return msg
+
+
+def image_to_rgb(msg: Image | CompressedImage) -> np.ndarray:
+    """Any supported 8-bit encoding, or a JPEG/PNG CompressedImage -> uint8 [H, W, 3] RGB."""
+    if isinstance(msg, CompressedImage) or type(msg).__name__ == "CompressedImage":
+        return compressed_to_rgb(msg)
     enc = msg.encoding
     if enc not in CHANNELS:
         raise MessageError(f"unsupported image encoding {enc!r} (supported: {sorted(CHANNELS)})")

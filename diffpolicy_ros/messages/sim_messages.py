@@ -8,20 +8,32 @@ import numpy as np
 from builtin_interfaces.msg import Time
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.messages.conversions import camera_info, make_joint_state, make_pose, numpy_to_image
+from diffpolicy_ros.messages.conversions import (
+    COMPRESSED_SUFFIX,
+    camera_info,
+    make_joint_state,
+    make_pose,
+    numpy_to_image,
+    rgb_to_compressed,
+)
 from diffpolicy_ros.messages.markers import scene_markers
 
 
 def step_messages(
-    env, obs: dict, stamp: Time, frame_id: str, images: bool, task_state: bool
+    env, obs: dict, stamp: Time, frame_id: str, images: bool, task_state: bool, compressed: bool = False
 ) -> list[tuple[str, object]]:
     """(topic, message) for cameras (+ camera_info), joint states, the tool pose, the block and goal poses
-    (``task_state``: privileged, a real cell has them only from perception) and the viewer's scene markers."""
+    (``task_state``: privileged, a real cell has them only from perception) and the viewer's scene markers.
+    ``compressed``: the cameras as image_transport's JPEG CompressedImage on ``<raw topic>/compressed``."""
     out: list[tuple[str, object]] = []
     if images:
         for cam in C.CAMERAS:
             frame = f"{cam}_camera"
-            out.append((C.raw_camera_topic(cam), numpy_to_image(obs[f"image_{cam}"], stamp, frame)))
+            if compressed:
+                topic = C.raw_camera_topic(cam) + COMPRESSED_SUFFIX
+                out.append((topic, rgb_to_compressed(obs[f"image_{cam}"], stamp, frame)))
+            else:
+                out.append((C.raw_camera_topic(cam), numpy_to_image(obs[f"image_{cam}"], stamp, frame)))
             fovy = float(env.model.cam_fovy[env.model.camera(cam).id])
             size = env.cfg.image_size
             out.append((C.camera_info_topic(cam), camera_info(size, size, fovy, stamp, frame)))

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import shutil
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,17 +52,30 @@ def native_kernel(verbose: bool = False) -> ModuleType | None:
         return None
     from torch.utils.cpp_extension import load
 
+    name = extension_name()
+    start = time.monotonic()
+    if not is_built(name):  # said once, where it happens: a first load in a new install waits for this
+        print(f"diffpolicy_ros: building the native CPU kernel {name} for this install (once; ~40-80 s on 2 cores)",
+              file=sys.stderr, flush=True)  # fmt: skip
     try:
         # -march=native is safe: the extension is built on the machine that runs it (JIT, per-host cache)
-        return load(
-            extension_name(),
-            [str(SOURCE)],
-            extra_cflags=["-O3", "-march=native"],
-            verbose=verbose,
-        )
+        module = load(name, [str(SOURCE)], extra_cflags=["-O3", "-march=native"], verbose=verbose)
     except (RuntimeError, OSError, ImportError) as exc:
         warnings.warn(f"could not build the native U-Net kernel ({exc}); using the traced loop", stacklevel=2)
         return None
+    if time.monotonic() - start > 5.0:
+        print(f"diffpolicy_ros: native CPU kernel ready after {time.monotonic() - start:.0f} s", file=sys.stderr)
+    return module
+
+
+def is_built(name: str) -> bool:
+    """Whether torch's extension cache already holds this build (then loading it takes well under a second)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    try:
+        return any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so"))
+    except Exception:  # a private torch helper: if it moves, say nothing rather than fail
+        return True
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
-from std_msgs.msg import Bool
+from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
 from diffpolicy_ros import contract as C
@@ -31,9 +31,10 @@ CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # ro
 
 
 def rclpy_qos(recorded) -> QoSProfile:
-    """A recorded (rosbags) QoS profile -> rclpy; reliable, volatile, depth 10 when none was recorded."""
+    """A recorded (rosbags) QoS profile -> rclpy. None recorded (a bag from another tool): reliable, transient
+    local, depth 10 — a latched subscriber (the instruction) still gets it, and volatile ones accept it too."""
     if recorded is None:
-        return QoSProfile(depth=10)
+        return QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     latched = recorded.durability.name == "TRANSIENT_LOCAL"
     best_effort = recorded.reliability.name == "BEST_EFFORT"
     return QoSProfile(
@@ -57,6 +58,10 @@ class BagPlayer(Node):
         clock_hz = parameter(self, "clock_hz", 40.0, positive, "must be > 0")
         # like ros2 bag play --delay: time for subscribers (a recorder, the graph) to discover the topics
         self.delay = parameter(self, "delay_s", 0.0, lambda v: v >= 0, "must be >= 0")
+        # a replay waits for its policy (the first load can build the native kernel for a minute): playing starts
+        # when this latched topic says so, then after delay_s; past wait_timeout_s the player fails loudly
+        self.wait_for = parameter(self, "wait_for_topic", "")
+        self.wait_timeout = parameter(self, "wait_timeout_s", 600.0, positive, "must be > 0")
         self.declare_parameter("topics", [""])
         wanted = {t for t in self.get_parameter("topics").value if t}
         try:
@@ -79,12 +84,21 @@ class BagPlayer(Node):
             self.connections.append(conn)
 
         self.lock = threading.Lock()
-        self.paused = self.delay > 0  # the clock holds at the start through the delay
+        self.paused = True  # the clock holds at the bag's start until play() starts (after the wait and the delay)
         self.bag_t0 = self.info.start_ns + round(self.offset * NS)
         self.anchor = (time.monotonic(), self.bag_t0)  # (wall, bag time) of the last (re)start
         self.pub_clock = self.create_publisher(Clock, C.CLOCK_TOPIC, CLOCK_QOS) if self.clock else None
         self.pub_done = self.create_publisher(Bool, "~/done", LATCHED_QOS)
         self.pub_done.publish(Bool(data=False))
+        self.pub_status = self.create_publisher(String, "~/status", LATCHED_QOS)  # waiting | playing | failed: ...
+        self.ready = threading.Event()
+        if self.wait_for:
+            self.paused = True  # the clock holds at the bag's start until the policy is ready
+            self.create_subscription(String, self.wait_for, lambda _: self.ready.set(), LATCHED_QOS)
+            self.set_status(f"waiting for {self.wait_for} (up to {self.wait_timeout:.0f} s)")
+        else:
+            self.ready.set()
+        self.failure = ""
         self.create_service(Trigger, "~/pause", self.on_pause)
         self.create_service(Trigger, "~/resume", self.on_resume)
         if self.clock:
@@ -125,10 +139,22 @@ class BagPlayer(Node):
         response.success, response.message = True, "playing"
         return response
 
+    def set_status(self, status: str) -> None:
+        self.pub_status.publish(String(data=status))
+        self.get_logger().info(status) if not status.startswith("failed") else self.get_logger().error(status)
+
     def play(self) -> None:
+        if not self.ready.wait(self.wait_timeout):
+            waited = f"{self.wait_timeout:.0f} s"
+            self.failure = f"failed: nothing on {self.wait_for} within {waited} (the policy never became ready)"
+            self.set_status(self.failure)
+            self.finished.set()
+            return
+        if self.wait_for:
+            self.set_status(f"{self.wait_for} is ready: playing in {self.delay:.1f} s")
         if self.delay:
             time.sleep(self.delay)
-            self.on_resume(None, Trigger.Response())
+        self.on_resume(None, Trigger.Response())
         while True:
             for conn, t_ns, raw in self.reader.messages(connections=self.connections, start=self.bag_t0):
                 while self.bag_now() < t_ns:  # wait for the message's time (bag time runs at rate x wall)
@@ -147,10 +173,11 @@ class BagPlayer(Node):
             return
         if self.done_at is None:
             self.done_at = time.monotonic()
-            self.pub_done.publish(Bool(data=True))
-            self.get_logger().info("bag finished")
+            if not self.failure:
+                self.pub_done.publish(Bool(data=True))
+                self.set_status("finished")
         elif time.monotonic() - self.done_at > 1.0:  # let the latched 'done' reach its subscribers first
-            raise SystemExit(0)
+            raise SystemExit(1 if self.failure else 0)
 
     def close(self) -> None:
         self.finished.set()

@@ -1,18 +1,20 @@
 """camera_node: one camera -> ``/policy/camera/<name>``, rgb8 at the model's size.
 
-Input is a raw image topic (sim_bridge or any ROS camera driver) or an OpenCV capture device. Any 8-bit
-encoding is converted to rgb8, centre-cropped to the configured aspect (optional) and resized.
-Malformed frames are dropped with a throttled warning; the node keeps running.
+Input is an image topic (sim_bridge or any ROS camera driver) or an OpenCV capture device. ``transport``:
+``raw`` (sensor_msgs/Image, any 8-bit encoding), ``compressed`` (sensor_msgs/CompressedImage, JPEG or PNG, as
+image_transport offers on ``<topic>/compressed``), or ``auto`` (compressed when the topic ends in
+``/compressed``). Frames are converted to rgb8, centre-cropped to the configured aspect (optional) and resized.
+Malformed or corrupt frames are counted and dropped with a throttled warning; the node keeps running.
 """
 
 from __future__ import annotations
 
 import cv2
 from rclpy.node import Node
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
-from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, numpy_to_image
+from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, is_compressed_topic, numpy_to_image
 from diffpolicy_ros.messages.observation import prepare_image
 from diffpolicy_ros.nodes.common import (
     SENSOR_QOS,
@@ -23,6 +25,8 @@ from diffpolicy_ros.nodes.common import (
     positive,
     run_node,
 )
+
+TRANSPORTS = ("auto", "raw", "compressed")
 
 
 class CameraNode(Node):
@@ -47,13 +51,18 @@ class CameraNode(Node):
             self.create_timer(1.0 / device_rate_hz, self.on_capture)
         else:
             topic = self.get_parameter("input_topic").value or raw_camera_topic(name)
-            self.create_subscription(Image, topic, self.on_image, SENSOR_QOS)
+            transport = parameter(self, "transport", "auto", lambda v: v in TRANSPORTS, f"one of {TRANSPORTS}")
+            compressed = transport == "compressed" or (transport == "auto" and is_compressed_topic(topic))
+            self.create_subscription(CompressedImage if compressed else Image, topic, self.on_image, SENSOR_QOS)
+        self.dropped = 0
 
     def on_image(self, msg: Image) -> None:
         try:
             rgb = image_to_rgb(msg)
         except MessageError as exc:
-            self.get_logger().warn(f"dropping frame: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            self.dropped += 1
+            log = self.get_logger()
+            log.warn(f"dropping frame ({self.dropped} so far): {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
         self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), msg.header.stamp, self.frame_id))
 

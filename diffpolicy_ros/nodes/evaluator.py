@@ -1,16 +1,21 @@
 """evaluator: the end of the ``replay_eval`` graph. Pairs each action chunk the policy published (stamped with
 its observation's bag time) with the recorded commands that followed it, and when the bag player says the
 bag has ended writes ``report.json`` and the PNGs — the same metrics as ``diffpolicy eval-bag`` — then exits,
-which ends the graph.
+which ends the graph. ``report.json`` always says how it went in ``status`` (``ok``, or ``failed: <why>``, also
+when the player failed or no chunk came): ``ros2 launch`` exits 0 whatever a node did, so a script checks
+``status``; ``diffpolicy launch`` exits with the evaluator's code (1 on failure).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from std_msgs.msg import Bool
+from std_msgs.msg import Bool, String
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from diffpolicy_ros import contract as C
@@ -29,6 +34,7 @@ class Evaluator(Node):
         command_topic = parameter(self, "command_topic", C.CMD_TWIST_TOPIC, bool, "must not be empty")
         self.execute = parameter(self, "execute_horizon", C.EXECUTE_HORIZON, lambda v: v > 0, "must be > 0")
         done_topic = parameter(self, "done_topic", "/bag_player/done", bool, "must not be empty")
+        status_topic = parameter(self, "status_topic", "/bag_player/status", bool, "must not be empty")
         self.labels = {"bag": parameter(self, "bag", ""), "checkpoint": parameter(self, "checkpoint", "")}
         self.stamps: list[float] = []
         self.chunks: list[np.ndarray] = []
@@ -37,6 +43,21 @@ class Evaluator(Node):
         self.create_subscription(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, self.on_chunk, KEEP_ALL)
         self.create_subscription(TwistStamped, command_topic, self.on_command, KEEP_ALL)
         self.create_subscription(Bool, done_topic, self.on_done, LATCHED_QOS)
+        self.create_subscription(String, status_topic, self.on_player_status, LATCHED_QOS)
+
+    def fail(self, why: str) -> None:
+        """No report to make: report.json says why (a script checks it), and the graph ends with exit 1."""
+        out = Path(self.out)
+        out.mkdir(parents=True, exist_ok=True)
+        report = {"status": f"failed: {why}", "source": "replay_eval", **self.labels,
+                  "chunks": len(self.chunks), "commands": len(self.cmd_t)}  # fmt: skip
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+        self.get_logger().error(f"{why}; {out}/report.json says so")
+        raise SystemExit(1)
+
+    def on_player_status(self, msg: String) -> None:
+        if msg.data.startswith("failed"):
+            self.fail(f"the bag player {msg.data}")
 
     def on_chunk(self, msg: MultiDOFJointTrajectory) -> None:
         try:
@@ -57,12 +78,12 @@ class Evaluator(Node):
         if not msg.data:
             return
         if not self.chunks or not self.cmd_t:
-            self.get_logger().error(f"bag ended with {len(self.chunks)} chunks and {len(self.cmd_t)} commands")
-            raise SystemExit(1)
+            self.fail(f"the bag ended with {len(self.chunks)} chunks and {len(self.cmd_t)} commands")
         order = np.argsort(self.cmd_t)
         cmd_t, cmd_v = np.asarray(self.cmd_t)[order], np.asarray(self.cmd_v)[order]
         stamps, chunks = np.asarray(self.stamps), np.asarray(self.chunks)
-        report = {"source": "replay_eval", **self.labels, **score(stamps, chunks[None], cmd_t, cmd_v, self.execute)}
+        scores = score(stamps, chunks[None], cmd_t, cmd_v, self.execute)
+        report = {"status": "ok", "source": "replay_eval", **self.labels, **scores}
         write_report(self.out, report, stamps, chunks, cmd_t, cmd_v, self.execute)
         self.get_logger().info(
             f"report: {report['chunks']} chunks, mae_by_step[0] {report['mae_by_step'][0]}, "

@@ -93,7 +93,11 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "ddim_steps": "0",  # 0: the checkpoint's own
         "rate": "1.0",  # playback speed
         "command_topic": C.CMD_TWIST_TOPIC,  # the recorded commands the chunks are compared with
-        "delay_s": "8.0",  # before the first message: the graph discovers the topics and the policy warms up
+        "topic_map": "",  # the cell's topic names (role: topic YAML, as eval-bag --topic-map); over command_topic
+        # the bag plays once the policy node says it is ready (/policy/ready: its first load may build the native
+        # kernel), then after delay_s; no ready policy within ready_timeout_s fails the replay with a reason
+        "ready_timeout_s": "600",
+        "delay_s": "1.0",
     },
 }
 
@@ -159,7 +163,13 @@ KINDS: dict[str, A.Kind] = {
     "rate": A.POSITIVE,
     "command_topic": A.topic,
     "delay_s": A.NON_NEGATIVE,
+    "topic_map": A.text,
+    "ready_timeout_s": A.POSITIVE,
 }
+
+
+# the policy node's own inputs, remapped in a replay when a cell names them otherwise
+ROLE_TOPICS = {"object_pose": C.OBJECT_POSE_TOPIC, "goal_pose": C.GOAL_POSE_TOPIC, "instruction": C.INSTRUCTION_TOPIC}
 
 
 @dataclass
@@ -334,20 +344,33 @@ def replay_eval(a: dict) -> list[NodeSpec]:
     for key in ("bag", "checkpoint"):
         if not a[key]:
             raise ArgumentError(f"replay_eval needs {key}:=PATH")
+    from diffpolicy_ros.data.bag_io import bag_info
+    from diffpolicy_ros.messages.topic_map import TopicMap
+
     bag = str(Path(a["bag"]).expanduser().resolve())
     out = str(Path(a["out"]).expanduser().resolve())
+    topics = TopicMap.load(a["topic_map"]).with_command(None if a["topic_map"] else a["command_topic"])
+    topics = topics.for_bag(bag_info(bag).topics)  # cameras raw or compressed, as the bag holds them
     cameras, proprio, policy = camera_nodes(), NodeSpec("proprio_node", "proprio_node"), policy_node(a)
+    for cam in cameras:  # the camera node picks raw or compressed transport from the topic name
+        cam.parameters["input_topic"] = topics.topics[f"image_{cam.parameters['camera_name']}"]
+    proprio.remappings.append((C.JOINT_STATES_TOPIC, topics.topics["joint_states"]))
+    for role, contract_topic in ROLE_TOPICS.items():
+        if topics.topics[role] != contract_topic:
+            policy.remappings.append((contract_topic, topics.topics[role]))
     for node in (*cameras, proprio, policy):
         node.parameters["use_sim_time"] = True
     # the bag's commands are compared with, never sent: the player's command topic goes nowhere else
     player = NodeSpec(
-        "bag_player", "bag_player", {"bag": bag, "rate": a["rate"], "delay_s": a["delay_s"], "clock": True},
+        "bag_player", "bag_player",
+        {"bag": bag, "rate": a["rate"], "delay_s": a["delay_s"], "clock": True,
+         "wait_for_topic": C.POLICY_READY_TOPIC, "wait_timeout_s": a["ready_timeout_s"]},
         required=False,
     )  # fmt: skip
     evaluator = NodeSpec(
         "evaluator",
         "evaluator",
-        {"out": out, "command_topic": a["command_topic"], "bag": bag, "checkpoint": a["checkpoint"],
+        {"out": out, "command_topic": topics.command, "bag": bag, "checkpoint": a["checkpoint"],
          "use_sim_time": True},
     )  # fmt: skip
     return [player, *cameras, proprio, policy, evaluator]

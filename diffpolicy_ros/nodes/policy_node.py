@@ -116,6 +116,7 @@ class PolicyNode(Node):
 
         self.pub = self.create_publisher(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, COMMAND_QOS)
         self.pub_markers = self.create_publisher(MarkerArray, C.MARKERS_TOPIC, VIEWER_QOS)
+        self.pub_ready = self.create_publisher(String, C.POLICY_READY_TOPIC, LATCHED_QOS)  # a replay waits for it
         self.ee_position: np.ndarray | None = None  # for drawing the chunk from the tool (not a policy input)
         self.create_subscription(PoseStamped, C.EE_POSE_TOPIC, self.on_ee_pose, SENSOR_QOS)
         self.diag = Diagnostics(self)
@@ -208,6 +209,7 @@ class PolicyNode(Node):
             self.predictor, self.need_images, self.need_task_state = predictor, need_images, need_task_state
         self.problem = ""
         self.stats["reloads"] += 1
+        self.pub_ready.publish(String(data=path))
         self.get_logger().info(f"policy loaded from {path}: {describe_checkpoint(ckpt)}; backend {predictor.backend}")
 
     # ------------------------------------------------------------------ control tick

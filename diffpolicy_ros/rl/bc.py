@@ -63,10 +63,6 @@ class BCConfig(Checked):
     log_every: int = 50
     seed: int = 0
     device: str = "auto"
-    # training from rosbag2 bags (train-bc --data BAG_OR_DIR): role -> topic where the cell's names differ
-    # (roles: image_top, image_side, joint_states, object_pose, goal_pose, instruction), and the command topic
-    bag_topics: dict = field(default_factory=dict)
-    bag_command_topic: str = "/arm/cmd_twist"
 
     DOMAINS: ClassVar[dict[str, Domain]] = {
         "iters": COUNT, "batch_size": COUNT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,

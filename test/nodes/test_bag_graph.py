@@ -136,3 +136,44 @@ def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag, spin_until):
     (w0, s0), (w1, s1) = joints[0], joints[-1]
     assert (s1 - s0) / (w1 - w0) == pytest.approx(2.0, rel=0.1)  # bag time runs at rate x wall time
     assert clocks == sorted(clocks)
+
+
+@pytest.mark.slow
+def test_replay_eval_of_a_cell_bag_with_a_cold_kernel_cache_reports(tmp_path, demo_bag):
+    """The distro user's first run: a new install builds the native kernel at the policy's first load (tens of
+    seconds); the bag waits for the policy instead of a guessed delay, and a cell's bag (compressed cameras,
+    its own topic names) is read through the topic map."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cell_bags", REPO / "test" / "bags" / "test_cell_bags.py")
+    cell_bags = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cell_bags)
+    cell_bags.cell_bag(demo_bag, tmp_path / "cell", corrupt_frames=0)
+    (tmp_path / "ur_cell.yaml").write_text(cell_bags.TOPIC_MAP)
+    ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.05, 0.02, 0.0))
+    out = tmp_path / "replay"
+    cold = {**ENV, "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}  # nothing built yet
+    launch = subprocess.run(
+        [sys.executable, "-m", "diffpolicy_ros.cli", "launch", "replay_eval", f"bag:={tmp_path / 'cell'}",
+         f"checkpoint:={ckpt}", f"out:={out}", f"topic_map:={tmp_path / 'ur_cell.yaml'}"],
+        env=cold, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    log = launch.stdout[-4000:] + launch.stderr[-2000:]
+    assert launch.returncode == 0, log
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "ok" and report["chunks"] > 50, report
+    assert "building the native CPU kernel" in launch.stdout, log  # said once, where it happens
+    assert "/policy/ready is ready: playing" in launch.stdout, log
+
+
+@pytest.mark.slow
+def test_replay_eval_without_a_policy_fails_with_a_reason_a_script_can_read(tmp_path, demo_bag):
+    out = tmp_path / "replay"
+    launch = subprocess.run(
+        [sys.executable, "-m", "diffpolicy_ros.cli", "launch", "replay_eval", f"bag:={demo_bag}",
+         f"checkpoint:={tmp_path / 'missing.pt'}", f"out:={out}", "ready_timeout_s:=15"],
+        env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert launch.returncode == 1, launch.stdout[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"].startswith("failed: the bag player failed: nothing on /policy/ready within 15 s"), report

@@ -126,12 +126,32 @@ def test_sim_train_records_when_asked_and_replay_eval_needs_a_bag_and_a_checkpoi
     nodes = {n.name: n for n in graph("sim_train", {"record": str(tmp_path / "run_bag")})}
     assert nodes["bag_recorder"].parameters["out"] == str(tmp_path / "run_bag") and not nodes["bag_recorder"].required
     assert "bag_recorder" not in {n.name for n in graph("sim_train")}
+    from std_msgs.msg import String
+
+    from diffpolicy_ros.data.bag_io import open_writer
+
     with pytest.raises(ValueError, match="bag:="):
         graph("replay_eval", {"checkpoint": "x.pt"})
-    replay = {n.name: n for n in graph("replay_eval", {"bag": str(tmp_path), "checkpoint": "x.pt"})}
+    with pytest.raises(ValueError, match="no bag"):
+        graph("replay_eval", {"bag": str(tmp_path / "missing"), "checkpoint": "x.pt"})
+    with open_writer(tmp_path / "bag") as bag:  # a cell's bag: its own names, the top camera compressed
+        for topic in ("/camera/color/image_raw/compressed", "/side/image_raw", "/ur/joint_states", "/servo/cmd"):
+            bag.write(topic, 1, String(data="x"))
+    replay = {n.name: n for n in graph("replay_eval", {"bag": str(tmp_path / "bag"), "checkpoint": "x.pt"})}
     assert set(replay) == {"bag_player", "camera_top", "camera_side", "proprio_node", "policy_node", "evaluator"}
     assert not replay["bag_player"].required and replay["evaluator"].required  # the evaluator ends the graph
     assert all(replay[n].parameters.get("use_sim_time") for n in replay if n != "bag_player")
+    assert replay["bag_player"].parameters["wait_for_topic"] == "/policy/ready"  # no guessed delay
+    (tmp_path / "cell.yaml").write_text(
+        "image_top: /camera/color/image_raw\nimage_side: /side/image_raw\njoint_states: /ur/joint_states\n"
+        "command: /servo/cmd\n"
+    )
+    cell = {n.name: n for n in graph("replay_eval", {"bag": str(tmp_path / "bag"), "checkpoint": "x.pt",
+                                                     "topic_map": str(tmp_path / "cell.yaml")})}  # fmt: skip
+    assert cell["camera_top"].parameters["input_topic"] == "/camera/color/image_raw/compressed"  # as the bag has it
+    assert cell["camera_side"].parameters["input_topic"] == "/side/image_raw"
+    assert ("/joint_states", "/ur/joint_states") in cell["proprio_node"].remappings
+    assert cell["evaluator"].parameters["command_topic"] == "/servo/cmd"
 
 
 def test_the_trainers_demos_evaluations_and_threads_are_graph_arguments():
