@@ -288,7 +288,7 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.policy import bench_policy
 
     _print_json_or_table(
-        bench_policy(args.checkpoint, args.device, args.iters, args.backend, args.threads),
+        bench_policy(args.checkpoint, args.device, args.iters, args.backend, args.threads, config=args.config),
         args.json,
     )
     return 0
@@ -564,9 +564,11 @@ def _add_bench_sim(bench_sub: argparse._SubParsersAction) -> None:
 
 def _add_bench_policy(bench_sub: argparse._SubParsersAction) -> None:
     bpol = bench_sub.add_parser(
-        "policy", formatter_class=_HelpFormatter, help="observation -> chunk latency (DDIM-10/20, batch 1 and 32)"
+        "policy", formatter_class=_HelpFormatter,
+        help="observation -> chunk latency, its encoding and denoising parts, against the default DDIM-10 policy",
     )
     bpol.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default policy")
+    bpol.add_argument("--config", type=Path, default=None, help="a policy config: a randomly initialised policy of it")
     bpol.add_argument("--device", default="auto")
     bpol.add_argument("--iters", type=int, default=200)
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast|traced|native")

@@ -221,6 +221,21 @@ class ChunkPredictor:
         x = self._native(conditioner(tensors), noise, step_noise)
         return self.policy.action_norm.unnormalize(x.clamp(-1.0, 1.0))
 
+    def encode_call(self, obs: dict) -> None:
+        """Only the conditioning part of a call — images, keypoints, text, proprio, fusion and every step's FiLM
+        projections — as the fast backends run it (``bench policy`` times it apart from the denoising loop)."""
+        batch = obs_to_torch(obs, self.device)
+        with torch.inference_mode():
+            tensors = self._tensors(batch)
+            if self.backend == "eager":
+                with torch.autocast(**self._autocast.kwargs()):
+                    self.policy.encoder(batch)
+                return
+            n = batch["proprio"].shape[0]
+            # the native backend's own conditioner graph; the traced one bakes encoder and loop into one graph
+            key = n if self.backend == "native" else ("encode", n)
+            self._graph(key, tensors, lambda: _trace(_Conditioner(self.policy, self.ddim_steps), (tensors,)))(tensors)
+
     def warm_up(self, example_obs: dict, calls: int = 3) -> None:
         """Build (trace) and run the graph once off the control path, e.g. right after loading weights."""
         for _ in range(calls):
