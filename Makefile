@@ -38,9 +38,11 @@ sim-train: setup
 	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
 
 # The policy `diffpolicy launch real_arm` loads by default: cameras + joint state + instruction, no block or
-# goal pose. 200 expert episodes with images (~2 min), then BC (see config/policy/diffusion_vision.yaml).
+# goal pose. 200 expert episodes with images within real_arm's limits (0.1 m/s, 0.5 m/s^2: motions the arm
+# behind its filter can follow; ~3 min), then BC (see config/policy/diffusion_vision.yaml).
 vision-policy: setup
-	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --out runs/vision/demos.npz --json
+	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml \
+	  --out runs/vision/demos.npz --json
 	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision.yaml \
 	  --run-dir runs/vision $(ARGS)
 

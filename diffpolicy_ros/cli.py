@@ -119,6 +119,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from diffpolicy_ros.sim.demos import run_demos
 
     task, env_overrides = load_task_config(args.config, args.task)
+    limits = None
+    if args.deploy is not None:  # demonstrations the arm can follow: within the deployment's filter limits
+        from diffpolicy_ros.nodes.graph import resolve_arguments
+        from diffpolicy_ros.safety.deployment import Deployment
+
+        limits = Deployment.from_arguments(resolve_arguments("real_arm", {"config": str(args.deploy)})).expert_limits()
     if args.to_bag is not None:  # the whole topic contract as a cell would record it
         from diffpolicy_ros.bags.record import write_demo_bag
 
@@ -126,7 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise UserError("--to-bag records the task's default settings; drop --config")
         summary = write_demo_bag(
             args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json,
-            compressed=args.compressed,
+            compressed=args.compressed, expert_limits=limits,
         )  # fmt: skip
         _print_json_or_table(summary, args.json)
         return 0
@@ -144,8 +150,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         env_overrides=env_overrides,
         video_dir=args.video,
         video_episodes=args.video_episodes,
+        expert_limits=limits,
     )
-    _print_json_or_table(summary.as_dict(), args.json)
+    _print_json_or_table({**summary.as_dict(), **({"expert_limits": limits} if limits else {})}, args.json)
     return 0
 
 
@@ -391,6 +398,10 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--run-dir", type=Path, default=None, help="write to RUN_DIR/demos-<timestamp>/demos.npz")
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
+    demo.add_argument(
+        "--deploy", type=Path, default=None,
+        help="a real_arm argument file: the expert stays within its max_speed and max_accel",
+    )  # fmt: skip
     _video_options(demo)
     demo.add_argument("--to-bag", type=Path, default=None, help="write the episodes as a rosbag2 bag (a new folder)")
     demo.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (--to-bag)")

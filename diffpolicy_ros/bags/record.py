@@ -31,6 +31,7 @@ def write_demo_bag(
     metadata_version: int = 9,
     progress: bool = True,
     compressed: bool = False,
+    expert_limits: dict | None = None,
 ) -> dict:
     """Scripted-expert episodes on sim time, as the sim graph would publish them; returns a summary.
     ``compressed``: the cameras as JPEG CompressedImage on ``<topic>/compressed`` (what cells record)."""
@@ -44,7 +45,7 @@ def write_demo_bag(
 
     start = time.perf_counter()
     env = make_env(task, obs_mode="image")
-    expert = make_expert(task, env)
+    expert = make_expert(task, env, **(expert_limits or {}))
     period_ns = round(env.cfg.control_dt * 1e9)
     t_ns, successes, steps = EPISODE_GAP_NS, [], 0
     last_ns = t_ns

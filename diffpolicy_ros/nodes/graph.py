@@ -16,6 +16,7 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
+from diffpolicy_ros.safety.deployment import parse_latency_range
 
 VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
 
@@ -84,6 +85,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "joint_names": ",".join(C.ARM_JOINTS),  # the cell's names for the contract's six joints, in that order
         "ee_pose_topic": C.EE_POSE_TOPIC,  # geometry_msgs/PoseStamped of the tool in frame_id (the box check)
         "speed_scaling_topic": C.SPEED_SCALING_TOPIC,  # the UR driver's speed scaling (0 = paused: latches)
+        # not used by the graph: the observation -> command latency this cell has, in ms, for the commands that
+        # model the deployment in the sim (demo/eval/train-ppo --deploy FILE); bench hil measures it
+        "deploy_latency_ms": "[60, 110]",
     },
     "replay_eval": {
         "bag": "",  # REQUIRED: the bag to replay (cameras, /joint_states, instruction, commands; poses if used)
@@ -158,6 +162,7 @@ KINDS: dict[str, A.Kind] = {
     "joint_names": _joint_names,
     "ee_pose_topic": A.topic,
     "speed_scaling_topic": A.topic,
+    "deploy_latency_ms": parse_latency_range,
     "bag": A.text,
     "out": A.nonempty,
     "rate": A.POSITIVE,

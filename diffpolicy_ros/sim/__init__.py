@@ -35,11 +35,14 @@ def make_env(task: str = "push", **kwargs) -> PushEnv | PointMassEnv:
     return PushEnv(two_goals=task == "push_two_goals", **kwargs)
 
 
-def make_expert(task: str, env: gym.Env):
-    """The task's scripted expert (``reset(rng) -> side``, ``act() -> action``)."""
-    from diffpolicy_ros.sim.expert import ScriptedPushExpert
+def make_expert(task: str, env: gym.Env, max_speed: float | None = None, max_accel: float | None = None):
+    """The task's scripted expert (``reset(rng) -> side``, ``act() -> action``); ``max_speed`` (m/s, norm) and
+    ``max_accel`` (m/s^2): a deployment's limits the demonstrations stay within (push tasks)."""
+    from diffpolicy_ros.sim.expert import ExpertConfig, ScriptedPushExpert
 
-    return PointMassExpert(env) if task == "point_mass" else ScriptedPushExpert(env)
+    if task == "point_mass":
+        return PointMassExpert(env)
+    return ScriptedPushExpert(env, ExpertConfig(max_speed=max_speed, max_accel=max_accel))
 
 
 __all__ = ["TASKS", "ChunkStepEnv", "PointMassEnv", "PushConfig", "PushEnv", "make_env", "make_expert"]

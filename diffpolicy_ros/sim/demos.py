@@ -45,16 +45,17 @@ def run_demos(
     video_dir: str | Path | None = None,
     video_episodes: int = 3,
     on_episode: Callable[[int, int], None] | None = None,
+    expert_limits: dict | None = None,
 ) -> tuple[DemoSummary, EpisodeDataset]:
     """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
     ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` after
-    each episode (a host's progress line)."""
+    each episode (a host's progress line); ``expert_limits``: {max_speed, max_accel} of a deployment."""
     import time
 
     from diffpolicy_ros.sim.video import EpisodeVideo
 
     env = make_env(task, obs_mode=obs_mode, **(env_overrides or {}))
-    expert = make_expert(task, env)
+    expert = make_expert(task, env, **(expert_limits or {}))
     recorder = EpisodeRecorder(tuple(k for k in env.observation_space.spaces if k != "instruction"))
     successes, returns, lengths, sides = [], [], [], []
     videos: list[dict] = []

@@ -11,7 +11,7 @@ not a policy under test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,6 +29,11 @@ class ExpertConfig:
     realign_error: float = 0.035  # m, lateral error that sends the expert back around
     push_height: float = 0.025  # m, pusher centre above the table
     height_gain: float = 5.0  # 1/s
+    # A deployment's limits (``demo --deploy``: the real_arm file's max_speed, max_accel), so the demonstrations
+    # are motions the arm can follow behind its safety filter. None: the sim's own limits only — the default,
+    # for training in the sim, where the filter caps at the task's 0.25 m/s.
+    max_speed: float | None = None  # m/s on the norm of the commanded velocity (the filter's rule)
+    max_accel: float | None = None  # m/s^2 on the change of the command between control steps
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -49,6 +54,7 @@ class TwoRouteExpert:
         """Start a new episode; picks the route side from ``rng`` and returns it (``left``/``right``)."""
         self.side = "left" if rng.random() < 0.5 else "right"
         self._phase = 0
+        self._previous = np.zeros(3, np.float32)  # the arm starts at rest
         return self.side
 
     def act(self) -> np.ndarray:
@@ -58,7 +64,12 @@ class TwoRouteExpert:
 class ScriptedPushExpert(TwoRouteExpert):
     def __init__(self, env: PushEnv, config: ExpertConfig | None = None):
         super().__init__(env)
-        self.cfg = config or ExpertConfig()
+        cfg = config or ExpertConfig()
+        if cfg.max_speed is not None:  # plan within the cap rather than only clip to it
+            cap = cfg.max_speed
+            cfg = replace(cfg, travel_speed=min(cfg.travel_speed, cap), push_speed=min(cfg.push_speed, cap))
+        self.cfg = cfg
+        self._previous = np.zeros(3, np.float32)
 
     def act(self) -> np.ndarray:
         cfg, env = self.cfg, self.env
@@ -95,4 +106,11 @@ class ScriptedPushExpert(TwoRouteExpert):
         vz = cfg.height_gain * (cfg.push_height - tip[2])
         action = np.array([v_xy[0], v_xy[1], vz])
         limit = env.cfg.max_speed
-        return np.clip(action, -limit, limit).astype(np.float32)
+        action = np.clip(action, -limit, limit)
+        if cfg.max_speed is not None:  # the norm, direction kept: what the safety filter would do to it
+            action *= min(1.0, cfg.max_speed / max(float(np.linalg.norm(action)), 1e-9))
+        if cfg.max_accel is not None:
+            step, max_step = action - self._previous, cfg.max_accel * env.cfg.control_dt
+            action = self._previous + step * min(1.0, max_step / max(float(np.linalg.norm(step)), 1e-9))
+        self._previous = action.astype(np.float32)
+        return self._previous.copy()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -53,3 +55,32 @@ def test_expert_routes_go_around_the_chosen_side():
         passing = offsets[0]
         assert (passing > 0.05) if side == "left" else (passing < -0.05), (seed, side, passing)
     assert set(sides) == {"left", "right"}
+
+
+def _within_limits(dataset, max_speed: float, max_accel: float, dt: float = 0.1) -> None:
+    for e in range(dataset.n_episodes):
+        actions = dataset.action[dataset.episode_slice(e)]
+        assert np.linalg.norm(actions, axis=1).max() <= max_speed + 1e-6
+        steps = np.diff(np.vstack([np.zeros((1, 3)), actions]), axis=0)  # from rest, as the arm starts
+        assert np.linalg.norm(steps, axis=1).max() <= max_accel * dt + 1e-6
+
+
+@pytest.mark.quick
+def test_demonstrations_stay_within_a_deployments_speed_and_acceleration(tmp_path, run_cli):
+    summary, dataset = run_demos(
+        "push", episodes=10, seed=0, progress=False, expert_limits={"max_speed": 0.1, "max_accel": 0.5}
+    )
+    _within_limits(dataset, 0.1, 0.5)
+    assert summary.success_rate >= 0.8  # 200 episodes: the slow tier
+    real_arm = Path(__file__).resolve().parents[2] / "config" / "real_arm.yaml"
+    out = run_cli("demo", "--episodes", 2, "--deploy", real_arm, "--out", tmp_path / "d.npz")
+    assert out["expert_limits"] == {"max_speed": 0.1, "max_accel": 0.5}  # read from the real_arm file
+
+
+@pytest.mark.slow
+def test_the_expert_within_real_arms_limits_still_succeeds_over_200_episodes():
+    summary, dataset = run_demos(
+        "push", episodes=200, seed=0, progress=False, expert_limits={"max_speed": 0.1, "max_accel": 0.5}
+    )
+    _within_limits(dataset, 0.1, 0.5)
+    assert summary.success_rate >= 0.95 and 0.35 <= summary.left_fraction <= 0.65  # measured: 0.99 on 100
