@@ -222,6 +222,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UserError(
             f"{args.checkpoint} was trained on {meta.task!r}, not {args.task!r} (--any-task to evaluate it anyway)"
         )
+    if args.deploy is not None:  # as the real_arm graph would run it: executor, filter core, latency
+        from diffpolicy_ros.eval.deployed import evaluate_deployed
+        from diffpolicy_ros.nodes.graph import resolve_arguments
+        from diffpolicy_ros.safety.deployment import Deployment
+
+        overrides = {"config": str(args.deploy), **dict(a.split(":=", 1) for a in args.deploy_args)}
+        deployment = Deployment.from_arguments(resolve_arguments("real_arm", overrides))
+        result = evaluate_deployed(policy, deployment, args.task or meta.task, args.episodes, args.seed,
+                                   meta.obs_mode, device, progress=not args.json)  # fmt: skip
+        _print_json_or_table(result, args.json)
+        return 0
     result = evaluate_policy(
         policy,
         task=args.task or meta.task,
@@ -479,6 +490,13 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     _video_options(ev)
     ev.add_argument("--any-task", action="store_true", help="allow --task to differ from the checkpoint's")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
+    ev.add_argument(
+        "--deploy", type=Path, default=None,
+        help="a real_arm argument file: evaluate as deployed (executor, safety-filter core, the cell's latency)",
+    )
+    ev.add_argument(
+        "deploy_args", nargs="*", metavar="name:=value", help="--deploy: real_arm arguments over the file's",
+    )  # fmt: skip
     ev.add_argument(
         "--write-evaluation", action="store_true",
         help="store this evaluation in the checkpoint (what real_arm's deploy gate, min_success, reads)",

@@ -287,9 +287,27 @@ class PushEnv(gym.Env):
             raise ValueError("action contains NaN or inf; refusing to move the arm")
         return np.clip(arr.astype(np.float64), -self.cfg.max_speed, self.cfg.max_speed)
 
+    @property
+    def ik_ticks(self) -> int:
+        """IK ticks per control step: :meth:`step_ticks` takes one velocity for each."""
+        return self._ik_ticks
+
+    @property
+    def tick_dt(self) -> float:
+        return self._tick_dt
+
+    def step_ticks(self, velocities):
+        """One control step with a velocity per IK tick ([ik_ticks, 3], m/s): how a deployment's commands
+        reach the arm between policy steps (a 30 Hz executor behind the safety filter), not one value held."""
+        velocities = self._validate_actions(velocities, (self._ik_ticks, 3))
+        return self._step_validated(velocities)
+
     def _step_validated(self, action: np.ndarray):
+        """``action``: one velocity held for the control step, or one per IK tick ([ik_ticks, 3])."""
         m, d, cfg = self.model, self.data, self.cfg
-        for _ in range(self._ik_ticks):
+        per_tick = np.broadcast_to(action, (self._ik_ticks, 3))
+        for tick in range(self._ik_ticks):
+            action = per_tick[tick]
             p_next = np.clip(self._p_ref + action * self._tick_dt, self._ws_low, self._ws_high)
             v_ref = (p_next - self._p_ref) / self._tick_dt
             self._p_ref = p_next

@@ -1,0 +1,120 @@
+"""Closed-loop evaluation as deployed (``diffpolicy eval --deploy FILE``): the sim behind the same chunk
+executor and safety-filter core the ``real_arm`` graph runs, with the cell's latency.
+
+Per episode a latency L is drawn from the deployment's range. The policy takes an observation every control
+period while it is free (the policy node drops ticks while busy), and its chunk arrives L later, stamped with
+the observation's time. Between policy steps the arm is driven at the executor's rate: the executor plays the
+point of the newest arrived chunk due at ``now - stamp`` (zero past its end), the filter core
+(:mod:`diffpolicy_ros.safety.filter`: speed cap, acceleration cap per tick, workspace box) turns it into what
+the arm obeys, held until the next executor tick, integrated at the sim's IK rate. So a chunk switch jumps from
+the old chunk's point to the new one's, and the filter clips it, as on the arm (``switch_jump_mean``,
+``switch_accel_clips``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from diffpolicy_ros import contract as C
+from diffpolicy_ros.eval.stats import wilson_interval
+from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.runs import EVAL_SEED
+from diffpolicy_ros.safety.deployment import Deployment
+from diffpolicy_ros.safety.filter import SafetyFilter, SafetyLimits
+from diffpolicy_ros.sim import make_env
+
+
+def deployment_limits(deployment: Deployment) -> SafetyLimits:
+    """The filter's limits as real_arm sets them; without a box in the file, the task's workspace (bench hil's)."""
+    box_low = deployment.box_low or C.WORKSPACE_LOW
+    box_high = deployment.box_high or C.WORKSPACE_HIGH
+    return SafetyLimits(
+        max_speed=deployment.max_speed, max_accel=deployment.max_accel, box_low=tuple(box_low),
+        box_high=tuple(box_high), tick_period_s=1.0 / deployment.executor_rate_hz,
+    )  # fmt: skip
+
+
+def evaluate_deployed(
+    policy: torch.nn.Module,
+    deployment: Deployment,
+    task: str = "push",
+    episodes: int = 50,
+    seed: int = EVAL_SEED,
+    obs_mode: str = "state",
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict:
+    start = time.perf_counter()
+    env = make_env(task, obs_mode=obs_mode)
+    predictor = ChunkPredictor(policy, device)
+    limits = deployment_limits(deployment)
+    period, tick_dt, exec_dt = env.cfg.control_dt, env.tick_dt, 1.0 / deployment.executor_rate_hz
+    latency_rng = np.random.default_rng(seed)
+    successes, lengths, latencies, jumps = [], [], [], []
+    counts = {"speed_limited": 0, "accel_limited": 0, "box_limited": 0, "active_ticks": 0, "switch_accel_clips": 0}
+    bar = tqdm(range(episodes), desc=f"eval {task} as deployed", unit="ep", disable=not progress)
+    for i in bar:
+        obs, _ = env.reset(seed=seed + i)
+        latency = float(latency_rng.uniform(*deployment.latency_s))
+        generator = torch.Generator().manual_seed(seed + i)
+        flt = SafetyFilter(limits)
+        chunks: list[tuple[float, float, np.ndarray]] = []  # (stamp, arrival, chunk in m/s)
+        t, busy_until, next_exec, held = 0.0, -1.0, 0.0, np.zeros(3)
+        active_stamp, last_point = None, np.zeros(3)
+        done, info = False, {}
+        while not done:
+            if t >= busy_until - 1e-9:  # the policy is free: it takes this observation
+                batch = {k: ([v] if k == "instruction" else np.asarray(v)[None]) for k, v in obs.items()}
+                chunks.append((t, t + latency, predictor(batch, generator)[0]))
+                busy_until = t + latency
+            velocities = np.zeros((env.ik_ticks, 3))
+            for k in range(env.ik_ticks):
+                now = t + k * tick_dt
+                if now >= next_exec - 1e-9:  # an executor (and filter) tick
+                    next_exec += exec_dt
+                    arrived = [c for c in chunks if c[1] <= now + 1e-9]
+                    command, switched = np.zeros(3), False
+                    if arrived:
+                        stamp, _, chunk = arrived[-1]
+                        index = int((now - stamp) / period + 1e-9)
+                        command = chunk[index] if index < len(chunk) else np.zeros(3)
+                        switched = active_stamp is not None and stamp != active_stamp
+                        if switched:
+                            jumps.append(float(np.linalg.norm(command - last_point)))
+                        active_stamp, last_point = stamp, command
+                        flt.offer_command(command, now, limits.frame_id, now, now)
+                    flt.offer_pose(env.pusher_position, now, limits.frame_id, now, now)
+                    result = flt.tick(now)
+                    held = result.command
+                    counts["switch_accel_clips"] += int(switched and "accel" in result.limited)
+                velocities[k] = held
+            obs, _, terminated, truncated, info = env.step_ticks(velocities)
+            t += period
+            done = terminated or truncated
+        chunks.clear()
+        successes.append(bool(info["is_success"]))
+        lengths.append(int(info["elapsed_steps"]))
+        latencies.append(latency)
+        for key in ("speed_limited", "accel_limited", "box_limited", "active_ticks"):
+            counts[key] += flt.counts[key]
+        bar.set_postfix(success=f"{np.mean(successes):.2f}")
+    env.close()
+    n = int(np.sum(successes))
+    return {
+        "task": task,
+        "episodes": episodes,
+        "seed": seed,
+        "success_rate": n / episodes,
+        "success_ci95": wilson_interval(n, episodes),
+        "mean_length": float(np.mean(lengths)),
+        "deployment": {"max_speed": deployment.max_speed, "max_accel": deployment.max_accel,
+                       "executor_rate_hz": deployment.executor_rate_hz,
+                       "latency_ms": [round(x * 1e3) for x in deployment.latency_s]},  # fmt: skip
+        "latency_ms_mean": round(float(np.mean(latencies)) * 1e3, 1),
+        "switch_jump_mean": round(float(np.mean(jumps)), 4) if jumps else 0.0,
+        **counts,
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
