@@ -22,6 +22,7 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.runs import EVAL_SEED
+from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 from diffpolicy_ros.safety.deployment import Deployment
 from diffpolicy_ros.safety.filter import SafetyFilter, SafetyLimits
 from diffpolicy_ros.sim import make_env
@@ -60,31 +61,30 @@ def evaluate_deployed(
         obs, _ = env.reset(seed=seed + i)
         latency = float(latency_rng.uniform(*deployment.latency_s))
         generator = torch.Generator().manual_seed(seed + i)
-        flt = SafetyFilter(limits)
-        chunks: list[tuple[float, float, np.ndarray]] = []  # (stamp, arrival, chunk in m/s)
-        t, busy_until, next_exec, held = 0.0, -1.0, 0.0, np.zeros(3)
-        active_stamp, last_point = None, np.zeros(3)
+        flt, player = SafetyFilter(limits), ChunkPlayer(period, blend_s=deployment.blend_s)
+        pending: list[tuple[float, float, np.ndarray]] = []  # (arrival, stamp, chunk in m/s) on their way
+        t, busy_until, next_exec, held, last_command = 0.0, -1.0, 0.0, np.zeros(3), np.zeros(3)
         done, info = False, {}
         while not done:
             if t >= busy_until - 1e-9:  # the policy is free: it takes this observation
                 batch = {k: ([v] if k == "instruction" else np.asarray(v)[None]) for k, v in obs.items()}
-                chunks.append((t, t + latency, predictor(batch, generator)[0]))
+                pending.append((t + latency, t, predictor(batch, generator)[0]))
                 busy_until = t + latency
             velocities = np.zeros((env.ik_ticks, 3))
             for k in range(env.ik_ticks):
                 now = t + k * tick_dt
                 if now >= next_exec - 1e-9:  # an executor (and filter) tick
                     next_exec += exec_dt
-                    arrived = [c for c in chunks if c[1] <= now + 1e-9]
-                    command, switched = np.zeros(3), False
-                    if arrived:
-                        stamp, _, chunk = arrived[-1]
-                        index = int((now - stamp) / period + 1e-9)
-                        command = chunk[index] if index < len(chunk) else np.zeros(3)
-                        switched = active_stamp is not None and stamp != active_stamp
-                        if switched:
-                            jumps.append(float(np.linalg.norm(command - last_point)))
-                        active_stamp, last_point = stamp, command
+                    switched = False
+                    while pending and pending[0][0] <= now + 1e-9:  # a chunk arrives
+                        _, stamp, chunk = pending.pop(0)
+                        switched |= player.chunk is not None
+                        player.offer(chunk, stamp, now)
+                    command, _ = player.command(now)
+                    if switched:  # the pre-filter velocity change at the switch
+                        jumps.append(float(np.linalg.norm(command - last_command)))
+                    last_command = command
+                    if player.chunk is not None:
                         flt.offer_command(command, now, limits.frame_id, now, now)
                     flt.offer_pose(env.pusher_position, now, limits.frame_id, now, now)
                     result = flt.tick(now)
@@ -94,7 +94,6 @@ def evaluate_deployed(
             obs, _, terminated, truncated, info = env.step_ticks(velocities)
             t += period
             done = terminated or truncated
-        chunks.clear()
         successes.append(bool(info["is_success"]))
         lengths.append(int(info["elapsed_steps"]))
         latencies.append(latency)
@@ -111,7 +110,7 @@ def evaluate_deployed(
         "success_ci95": wilson_interval(n, episodes),
         "mean_length": float(np.mean(lengths)),
         "deployment": {"max_speed": deployment.max_speed, "max_accel": deployment.max_accel,
-                       "executor_rate_hz": deployment.executor_rate_hz,
+                       "executor_rate_hz": deployment.executor_rate_hz, "blend_s": deployment.blend_s,
                        "latency_ms": [round(x * 1e3) for x in deployment.latency_s]},  # fmt: skip
         "latency_ms_mean": round(float(np.mean(latencies)) * 1e3, 1),
         "switch_jump_mean": round(float(np.mean(jumps)), 4) if jumps else 0.0,

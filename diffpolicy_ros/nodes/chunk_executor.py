@@ -1,8 +1,10 @@
 """chunk_executor: plays the newest action chunk as TwistStamped on ``/arm/cmd_twist``.
 
 At each tick (10 Hz default; >= 30 Hz for servo interfaces) it sends the chunk point due at
-``now - chunk stamp`` (steps already elapsed are skipped); a newer chunk replaces the rest of the old one.
-When no valid, fresh chunk covers ``now`` it sends zero twist: a robot without commands stops.
+``now - chunk stamp`` (steps already elapsed are skipped); a newer chunk replaces the rest of the old one,
+cross-faded over ``blend_s``. When no valid, fresh chunk covers ``now`` it sends zero twist: a robot without
+commands stops. The logic is :class:`diffpolicy_ros.safety.chunk_player.ChunkPlayer`, which the
+deployment-faithful sim runs too.
 """
 
 from __future__ import annotations
@@ -22,39 +24,12 @@ from diffpolicy_ros.nodes.common import (
     STATS_WINDOW,
     WARN_THROTTLE_S,
     Diagnostics,
+    number,
     parameter,
     positive,
     run_node,
 )
-
-
-class ChunkPlayer:
-    """The executor's logic, free of ROS: which velocity to command at time ``now``."""
-
-    def __init__(self, dt: float = CONTROL_PERIOD_S, future_tolerance: float = 0.05):
-        self.dt, self.future_tolerance = dt, future_tolerance
-        self.chunk: np.ndarray | None = None
-        self.start = -np.inf
-
-    def offer(self, chunk: np.ndarray, stamp: float, now: float) -> str | None:
-        """Take a validated chunk; returns the reason it was refused, or None ('' for a silent duplicate)."""
-        if stamp == self.start:
-            return ""  # the same observation again: nothing new to play
-        if stamp < self.start:
-            return "out-of-order chunk (older than the one playing)"
-        if stamp > now + self.future_tolerance:
-            return f"chunk stamped {stamp - now:.3f} s in the future"
-        self.chunk, self.start = chunk, stamp
-        return None
-
-    def command(self, now: float) -> tuple[np.ndarray, int | None]:
-        """(velocity, index of the chunk point used or None for zero)."""
-        if self.chunk is None:
-            return np.zeros(3), None
-        k = int(np.floor((now - self.start) / self.dt + 1e-9))
-        if 0 <= k < len(self.chunk):
-            return self.chunk[k], k
-        return np.zeros(3), None
+from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 
 
 class ChunkExecutor(Node):
@@ -64,7 +39,9 @@ class ChunkExecutor(Node):
         self.horizon = parameter(self, "horizon", CHUNK_HORIZON, positive, "must be > 0 (points per chunk)")
         dt = parameter(self, "dt", CONTROL_PERIOD_S, positive, "must be > 0")
         self.frame_id = parameter(self, "frame_id", WORLD_FRAME, bool, "must not be empty")
-        self.player = ChunkPlayer(dt)
+        # cross-fade from the old chunk to a new one over this long (0: switch at once; safety/chunk_player.py)
+        blend = number(self, "blend_s", 0.0, 0.0, 1.0, description="cross-fade time at a chunk switch (s)")
+        self.player = ChunkPlayer(dt, blend_s=blend)
         self.lock = threading.Lock()
         self.pub = self.create_publisher(TwistStamped, CMD_TWIST_TOPIC, COMMAND_QOS)
         self.diag = Diagnostics(self)

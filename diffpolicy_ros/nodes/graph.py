@@ -70,6 +70,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "max_run_time_s": "120.0",  # the filter latches 'timeout' after this long active (0: no limit)
         "dry_run": "true",  # the first run of a new cell: nothing moves, ~/would_send shows what would
         "executor_rate_hz": "30.0",
+        "blend_s": "0.0",  # the executor's cross-fade from the old chunk to a new one (0: switch at once)
         "instruction": C.DEFAULT_INSTRUCTION,
         "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
         "task": "push",  # hil: the simulated cell
@@ -130,6 +131,7 @@ KINDS: dict[str, A.Kind] = {
     "seed": A.integer(0),
     "real_time_factor": A.POSITIVE,
     "executor_rate_hz": A.POSITIVE,
+    "blend_s": A.number(0, 1),
     "iters": A.optional(A.integer(1)),
     "eval_every": A.optional(A.integer(1)),
     "first_checkpoint_iter": A.integer(0),
@@ -328,7 +330,8 @@ def real_arm(a: dict) -> list[NodeSpec]:
         proprio,
         NodeSpec("instruction_node", "instruction_node", {"instruction": a["instruction"]}),
         policy,
-        NodeSpec("chunk_executor", "chunk_executor", {"rate_hz": a["executor_rate_hz"], "frame_id": a["frame_id"]}),
+        NodeSpec("chunk_executor", "chunk_executor",
+                 {"rate_hz": a["executor_rate_hz"], "frame_id": a["frame_id"], "blend_s": a["blend_s"]}),
         safety_filter(
             a,
             **box,

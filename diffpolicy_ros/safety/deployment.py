@@ -22,6 +22,7 @@ class Deployment:
     latency_s: tuple[float, float]  # observation -> command, the range a deployment-faithful sim samples from
     box_low: tuple[float, float, float] | None = None
     box_high: tuple[float, float, float] | None = None
+    blend_s: float = 0.0  # the executor's cross-fade at a chunk switch (safety/chunk_player.py)
 
     @classmethod
     def from_arguments(cls, values: dict[str, Any]) -> Deployment:
@@ -34,6 +35,7 @@ class Deployment:
             latency_s=(low / 1e3, high / 1e3),
             box_low=tuple(values["box_low"]) if values.get("box_low") else None,
             box_high=tuple(values["box_high"]) if values.get("box_high") else None,
+            blend_s=values["blend_s"],
         )
 
     def expert_limits(self) -> dict[str, float]:

@@ -17,8 +17,8 @@ from diffpolicy_ros.messages.conversions import (
     trajectory_to_chunk,
 )
 from diffpolicy_ros.messages.observation import assemble_observation, prepare_image
-from diffpolicy_ros.nodes.chunk_executor import ChunkPlayer
 from diffpolicy_ros.nodes.instruction_node import check_instruction
+from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 from diffpolicy_ros.sim.push_env import ARM_JOINTS
 
 pytestmark = pytest.mark.quick
