@@ -379,6 +379,7 @@ def cmd_bench_hil(args: argparse.Namespace) -> int:
         overrides=parse_overrides(args.overrides),
         progress=not args.json,
         out_dir=args.out,
+        busy=args.busy,
     )
     _print_json_or_table(result, args.json)
     return 0
@@ -693,6 +694,7 @@ def _add_bench_hil(bench_sub: argparse._SubParsersAction) -> None:
     bhil.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode counts as failed")
     bhil.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i is scene seed + i (eval's held-out seeds)")
     bhil.add_argument("--out", type=Path, default=None, help="also write hil_episodes.png and hil.json here")
+    bhil.add_argument("--busy", action="store_true", help="one busy process beside the graph, as on a robot PC")
     bhil.add_argument("--json", action="store_true")
     bhil.set_defaults(func=cmd_bench_hil)
 

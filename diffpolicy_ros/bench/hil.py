@@ -16,6 +16,8 @@ intervention counts), the policy's latency and chunk rate, and the fastest outpu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,13 +45,15 @@ def bench_hil(
     startup_timeout_s: float = 180.0,
     progress: bool = True,
     out_dir: Path | None = None,
+    busy: bool = False,
 ) -> dict:
     """``out_dir``: also ``hil_episodes.png`` (each episode's tool and block paths over its scene) and
-    ``hil.json`` there."""
+    ``hil.json`` there. ``busy``: one busy process beside the graph the whole time, as a robot PC has."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import PoseStamped, TwistStamped
     from rclpy.node import Node
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
     from tqdm import tqdm
@@ -60,6 +64,8 @@ def bench_hil(
     from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS, VIEWER_QOS
     from diffpolicy_ros.nodes.graph import resolve_arguments
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+
+    every = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # every command counts, not the newest
 
     if "seed" in (overrides or {}):
         raise UserError("bench hil: give the first scene as --seed, not seed:=")
@@ -82,6 +88,7 @@ def bench_hil(
     # clear error before anything starts
     resolved = resolve_arguments("real_arm", arguments)
     log = open(tmp / "graph.log", "w")
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None  # one core, busy
     began = time.monotonic()
     graph = spawn_graph("real_arm", arguments, env, stdout=log)
     init_rclpy(env)
@@ -107,15 +114,27 @@ def bench_hil(
             else:
                 last[name] = _values(status)
 
+    intents: list[tuple[float, np.ndarray]] = []  # the executor's commands before the filter, with their times
+    outputs: list[tuple[float, np.ndarray]] = []  # what the filter let through
+    switches: list[float] = []  # when a chunk from a new observation arrived
+
     def on_out(msg: TwistStamped) -> None:
         v = msg.twist.linear
         speeds.append(float(np.linalg.norm([v.x, v.y, v.z])))
+        outputs.append((time.monotonic(), np.array([v.x, v.y, v.z])))
+
+    def on_intent(msg: TwistStamped) -> None:
+        v = msg.twist.linear
+        intents.append((time.monotonic(), np.array([v.x, v.y, v.z])))
+
+    def on_chunk(msg: MultiDOFJointTrajectory) -> None:
+        chunks.append(time.monotonic())
+        switches.append(chunks[-1])
 
     node.create_subscription(DiagnosticArray, C.DIAGNOSTICS_TOPIC, on_diagnostics, DIAGNOSTICS_QOS)
-    node.create_subscription(TwistStamped, resolved["cmd_twist_topic"], on_out, COMMAND_QOS)
-    node.create_subscription(
-        MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, lambda m: chunks.append(time.monotonic()), COMMAND_QOS
-    )
+    node.create_subscription(TwistStamped, resolved["cmd_twist_topic"], on_out, every)
+    node.create_subscription(MultiDOFJointTrajectory, C.ACTION_CHUNK_TOPIC, on_chunk, COMMAND_QOS)
+    node.create_subscription(TwistStamped, C.CMD_TWIST_TOPIC, on_intent, every)
     node.create_subscription(String, "/safety_filter/state", lambda m: states.append(m.data), LATCHED_QOS)
     node.create_subscription(
         PoseStamped,
@@ -175,6 +194,9 @@ def bench_hil(
         rclpy.try_shutdown()
         stop_graph(graph, timeout=30)
         log.close()
+        if neighbour is not None:
+            neighbour.kill()  # the process this run started, by its PID
+            neighbour.wait()
 
     paths = {r["episode"]: (r.pop("tool_xy"), r.pop("block_xy")) for r in results}
     successes = sum(r["success"] for r in results)
@@ -195,7 +217,9 @@ def bench_hil(
         "policy_latency_p50_ms": float(policy["latency_p50_ms"]) if "latency_p50_ms" in policy else None,
         "policy_latency_p99_ms": float(policy["latency_p99_ms"]) if "latency_p99_ms" in policy else None,
         "chunk_rate_hz": round(float(1.0 / np.mean(gaps)), 2) if np.isfinite(gaps).all() else None,
+        **switch_figures(switches, intents, outputs, resolved["max_accel"] / resolved["executor_rate_hz"]),
         "startup_s": round(startup_s, 1),
+        "busy_neighbour": busy,
         "graph_arguments": arguments,
         "graph_log": log.name,
         "per_episode": results,
@@ -206,6 +230,27 @@ def bench_hil(
         result["plot"] = str(plot_episodes(results, paths, out_dir / "hil_episodes.png"))
         (out_dir / "hil.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def switch_figures(
+    switches: list[float], intents: list[tuple[float, np.ndarray]], outputs: list[tuple[float, np.ndarray]],
+    max_step: float,
+) -> dict:
+    """At each chunk switch: the executor's pre-filter velocity change across it (``switch_jump_mean``, m/s), and
+    how many switches the filter's acceleration cap clipped within one tick (its output changed by the cap)."""
+    t_in, v_in = np.array([t for t, _ in intents]), [v for _, v in intents]
+    t_out, v_out = np.array([t for t, _ in outputs]), [v for _, v in outputs]
+    jumps, clips = [], 0
+    for s in switches:
+        i = int(np.searchsorted(t_in, s))  # the first executor command after the chunk arrived
+        if 0 < i < len(v_in) and np.any(v_in[i - 1]) and np.any(v_in[i]):  # moving on both sides
+            jumps.append(float(np.linalg.norm(v_in[i] - v_in[i - 1])))
+        j = int(np.searchsorted(t_out, s))
+        if 0 < j < len(v_out) - 1:  # the next two filter ticks: did either change by the full cap?
+            steps = [np.linalg.norm(v_out[k] - v_out[k - 1]) for k in (j, j + 1)]
+            clips += any(step >= 0.98 * max_step for step in steps)
+    return {"switch_jump_mean": round(float(np.mean(jumps)), 4) if jumps else None, "switch_accel_clips": clips,
+            "switches": len(switches)}  # fmt: skip
 
 
 def plot_episodes(results: list[dict], paths: dict[int, tuple[list, list]], path: Path) -> Path:

@@ -78,6 +78,8 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         # hil: the sim also publishes /task/object_pose and /task/goal_pose, as a cell's perception would, for
         # a policy that reads them (a state policy); the default vision policy needs neither
         "hil_task_state": "false",
+        # hil: delay each chunk by this much more (ms), to measure the tolerance to latency rather than guess it
+        "extra_latency_ms": "0",
         "top_device": "",  # OpenCV capture device of each camera ('' = use the driver's topic)
         "side_device": "",
         "top_topic": C.raw_camera_topic("top"),  # each camera driver's sensor_msgs/Image topic
@@ -156,6 +158,7 @@ KINDS: dict[str, A.Kind] = {
     "instruction": A.nonempty,
     "hil": A.flag,
     "hil_task_state": A.flag,
+    "extra_latency_ms": A.NON_NEGATIVE,
     "top_device": A.text,
     "side_device": A.text,
     "top_topic": A.topic,
@@ -314,6 +317,9 @@ def real_arm(a: dict) -> list[NodeSpec]:
     proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
     policy = policy_node(a)
     policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
+    if a["extra_latency_ms"] and not a["hil"]:
+        raise ArgumentError("argument extra_latency_ms: only with hil:=true (a test of the latency a policy tolerates)")
+    policy.parameters["extra_latency_s"] = a["extra_latency_ms"] / 1e3
     policy.parameters.update(min_success=a["min_success"], allow_unproven=a["allow_unproven"])  # the deploy gate
     box = {k: a[k] for k in ("box_low", "box_high") if a[k] is not None}
     if len(box) == 2 and not all(lo < hi for lo, hi in zip(box["box_low"], box["box_high"])):

@@ -79,6 +79,8 @@ class PolicyNode(Node):
         self.max_age = parameter(self, "max_obs_age_s", 0.35, positive, "must be > 0")
         self.dt = parameter(self, "chunk_dt", C.CONTROL_PERIOD_S, positive, "must be > 0")
         self.frame_id = parameter(self, "frame_id", C.WORLD_FRAME, bool, "must not be empty")
+        # hil: each chunk published this much later (the node stays busy meanwhile, as a slower policy would)
+        self.extra_latency = number(self, "extra_latency_s", 0.0, 0.0, 10.0, description="added latency (s)")
         # the deploy gate: 0 = off (the sim graph); real_arm sets it
         self.min_success = number(self, "min_success", 0.0, 0.0, 1.0,
                                   description="load only checkpoints with a held-out success >= this (0: no gate)")
@@ -251,6 +253,8 @@ class PolicyNode(Node):
         try:
             start = time.perf_counter()
             chunk = predictor(obs)[0]
+            if self.extra_latency:
+                time.sleep(self.extra_latency)
             self.latencies.append((time.perf_counter() - start) * 1e3)
             if self.closing.is_set():
                 return
