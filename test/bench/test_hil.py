@@ -24,6 +24,8 @@ def test_bench_hil_runs_episodes_on_new_scenes_and_reports_what_the_graph_did(ru
     assert out["max_speed_cap"] == 0.05 and 0.0 < out["max_output_speed"] <= 0.05 + 1e-9
     assert "active" in out["filter_states_seen"] and out["filter"]["ticks"] > 0
     assert out["policy_latency_p50_ms"] > 0 and out["chunk_rate_hz"] > 1
+    # a constant policy: chunk switches change nothing before the filter (the jump is measured, and zero)
+    assert out["switches"] > 5 and out["switch_jump_mean"] in (0.0, None) and out["busy_neighbour"] is False
     png = tmp_path / "out" / "hil_episodes.png"  # each episode's tool and block paths over its scene
     assert out["plot"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "out" / "hil.json").is_file()
