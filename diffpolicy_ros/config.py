@@ -116,20 +116,28 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
+def read_yaml_mapping(path: str | Path, name: str) -> dict[str, Any]:
+    """The mapping in a YAML file (empty file: {}); a missing file, bad YAML or anything but a mapping is a
+    ConfigError that starts with ``name`` (how the caller's user knows the file: "argument config:=X", ...)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"{name}: no such file")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{name}: not valid YAML ({exc})".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: expected a YAML mapping at the top level")
+    return data
+
+
 def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML mapping; ``base: other.yaml`` (relative to this file) is loaded first and this file's keys
     are merged over it, nested mappings key by key, so a variant states only what differs."""
     path = Path(path).resolve()
     if path in _seen:
         raise ConfigError(f"{path}: 'base' files form a cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})".replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping at the top level")
+    data = read_yaml_mapping(path, f"config file {path}")
     base = data.pop("base", None)
     if base is None:
         return data

@@ -74,7 +74,7 @@ def test_an_argument_file_is_as_strict_as_the_command_line(tmp_path):
     flt = {n.name: n for n in graph("real_arm", {"config": str(cell), **BOX})}["safety_filter"].parameters
     assert flt["dry_run"] is False and flt["max_speed"] == 0.05
     cell.write_text("dry_run: [true\n")
-    with pytest.raises(ArgumentError, match="not valid YAML"):
+    with pytest.raises(UserError, match="argument config:=.*not valid YAML"):
         graph("real_arm", {"config": str(cell), **BOX})
 
 

@@ -61,7 +61,7 @@ def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> None
 @pytest.mark.quick
 def test_user_mistakes_end_in_one_line_and_leave_no_run_folder(tmp_path, tiny_checkpoint):
     missing = cli("train-bc", "--data", "demos.npz", "--config", "config/policy/nope.yaml", "--run-dir", tmp_path / "r")
-    one_error_line(missing, "config file not found", "nope.yaml")
+    one_error_line(missing, "no such file", "nope.yaml")
     misspelt = tmp_path / "bad.yaml"
     misspelt.write_text("policy:\n  kind: diffusion\n  diffusoin: {}\n")
     demos = tmp_path / "demos.npz"

@@ -43,17 +43,9 @@ class TopicMap:
         """The map in ``path`` (None or '': the contract's names); an unknown role is an error naming the roles."""
         if not path:
             return cls()
-        import yaml
+        from diffpolicy_ros.config import read_yaml_mapping
 
-        file = Path(path).expanduser()
-        if not file.is_file():
-            raise UserError(f"topic map {path}: no such file")
-        try:
-            data = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"topic map {path}: not valid YAML ({exc})".replace("\n", " ")) from None
-        if not isinstance(data, dict):
-            raise UserError(f"topic map {path}: expected a mapping of role: topic")
+        data = read_yaml_mapping(path, f"topic map {path}")
         unknown = sorted(set(data) - set(ROLES))
         if unknown:
             raise UserError(f"topic map {path}: unknown role(s) {unknown}; roles: {sorted(ROLES)}")

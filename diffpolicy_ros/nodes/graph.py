@@ -15,6 +15,7 @@ from diffpolicy_ros import arguments as A
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.assets import config_file
+from diffpolicy_ros.config import read_yaml_mapping
 from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
 from diffpolicy_ros.safety.deployment import parse_latency_range
 
@@ -195,20 +196,10 @@ def load_arguments(name: str, path: str) -> dict[str, str]:
     """Graph arguments from a YAML mapping (``config:=FILE``); unknown keys are an error naming the file."""
     if not path:
         return {}
-    import yaml
-
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ArgumentError(f"argument config:={path}: no such file")
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ArgumentError(f"argument config:={path}: not valid YAML ({exc})".replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise ArgumentError(f"{file}: expected a mapping of {name} arguments")
+    data = read_yaml_mapping(path, f"argument config:={path}")
     unknown = set(data) - set(ARGUMENTS[name]) - {"config"}
     if unknown:
-        raise ArgumentError(f"{file}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
+        raise ArgumentError(f"{path}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
     # YAML gives numbers, booleans and lists; graph arguments are strings, as on the command line
     return {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in data.items()}
 
