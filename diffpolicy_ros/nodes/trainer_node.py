@@ -12,6 +12,7 @@ events.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -148,13 +149,21 @@ class TrainerNode(Node):
                 success = result["final_eval"].get("success_rate", "n/a")
             if self.hooks.stop.is_set():  # shut down mid-run: what was learned is saved, nothing was evaluated
                 self.status = "stopped"
-                self.get_logger().info(f"training stopped; last checkpoints in {self.run_dir}")
+                self.say(f"training stopped; last checkpoints in {self.run_dir}")
                 return
             self.status = f"done: success {success}"
             self.get_logger().info(f"training finished: final success {success}; checkpoints in {self.run_dir}")
         except Exception as exc:  # report, keep the node (and the graph) up
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
+
+    def say(self, text: str) -> None:
+        """INFO on the console; after a shutdown (the node's context is gone, rosout with it) straight to stderr,
+        so the last word of a stopped run neither disappears nor becomes a 'failed to publish' error."""
+        if rclpy.ok():
+            self.get_logger().info(text)
+        else:
+            print(f"[trainer_node] {text}", file=sys.stderr, flush=True)
 
     def announce(self, path: Path, evaluation: dict) -> None:
         if path.name == "best.pt":  # repeats one just announced; RUN_DIR/checkpoints/best.pt follows the best
@@ -245,7 +254,8 @@ def progress_line(progress: dict, iters_per_s: float) -> str:
         parts.append(f"rollout {progress['rollout_success_rate']:.2f}")
     if "env_steps_per_s" in progress:
         parts.append(f"{progress['env_steps']} env steps, {progress['env_steps_per_s']:.0f}/s")
-    parts.append(f"{iters_per_s:.2f} {'ep' if unit == 'episode' else 'it'}/s")
+    if iters_per_s > 0:  # the first line of a phase has no rate yet
+        parts.append(f"{iters_per_s:.2f} {'ep' if unit == 'episode' else 'it'}/s")
     if total and iters_per_s > 0:
         minutes = (total - it) / iters_per_s / 60
         parts.append(f"ETA {minutes:.0f} min" if minutes >= 1 else "ETA < 1 min")
