@@ -14,7 +14,8 @@ speeds = st.floats(-0.25, 0.25, allow_nan=False)
 
 @pytest.mark.quick
 @settings(max_examples=60, deadline=None)
-@given(old=st.tuples(speeds, speeds, speeds), new=st.tuples(speeds, speeds, speeds), blend=st.floats(0.0, 0.5),
+@given(old=st.tuples(speeds, speeds, speeds), new=st.tuples(speeds, speeds, speeds),
+       blend=st.just(0.0) | st.floats(0.01, 0.5),
        switch=st.floats(0.01, 0.5), later=st.floats(0.0, 0.6))  # fmt: skip
 def test_a_switch_fades_from_the_old_plan_to_the_new_one_and_never_outside_them(old, new, blend, switch, later):
     player = ChunkPlayer(dt=0.1, blend_s=blend)
