@@ -121,10 +121,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     task, env_overrides = load_task_config(args.config, args.task)
     limits = None
     if args.deploy is not None:  # demonstrations the arm can follow: within the deployment's filter limits
-        from diffpolicy_ros.nodes.graph import resolve_arguments
-        from diffpolicy_ros.safety.deployment import Deployment
+        from diffpolicy_ros.nodes.graph import load_deployment
 
-        limits = Deployment.from_arguments(resolve_arguments("real_arm", {"config": str(args.deploy)})).expert_limits()
+        limits = load_deployment(args.deploy).expert_limits()
     if args.to_bag is not None:  # the whole topic contract as a cell would record it
         from diffpolicy_ros.bags.record import write_demo_bag
 
@@ -224,11 +223,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     if args.deploy is not None:  # as the real_arm graph would run it: executor, filter core, latency
         from diffpolicy_ros.eval.deployed import evaluate_deployed
-        from diffpolicy_ros.nodes.graph import resolve_arguments
-        from diffpolicy_ros.safety.deployment import Deployment
+        from diffpolicy_ros.nodes.graph import load_deployment
+        from diffpolicy_ros.nodes.runner import parse_overrides
 
-        overrides = {"config": str(args.deploy), **dict(a.split(":=", 1) for a in args.deploy_args)}
-        deployment = Deployment.from_arguments(resolve_arguments("real_arm", overrides))
+        deployment = load_deployment(args.deploy, parse_overrides(args.deploy_args))
         result = evaluate_deployed(policy, deployment, args.task or meta.task, args.episodes, args.seed,
                                    meta.obs_mode, device, progress=not args.json)  # fmt: skip
         _print_json_or_table(result, args.json)

@@ -67,8 +67,7 @@ def evaluate_deployed(
         done, info = False, {}
         while not done:
             if t >= busy_until - 1e-9:  # the policy is free: it takes this observation
-                batch = {k: ([v] if k == "instruction" else np.asarray(v)[None]) for k, v in obs.items()}
-                pending.append((t + latency, t, predictor(batch, generator)[0]))
+                pending.append((t + latency, t, predictor(obs, generator)[0]))  # one observation: a batch of 1
                 busy_until = t + latency
             velocities = np.zeros((env.ik_ticks, 3))
             for k in range(env.ik_ticks):

@@ -17,7 +17,7 @@ from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import read_yaml_mapping
 from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
-from diffpolicy_ros.safety.deployment import parse_latency_range
+from diffpolicy_ros.safety.deployment import Deployment, parse_latency_range
 
 VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
 
@@ -218,6 +218,12 @@ def resolve_arguments(name: str, overrides: dict[str, str] | None = None) -> dic
     if values.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
         values["checkpoint"] = str(Path(values["checkpoint"]).expanduser().resolve())
     return values
+
+
+def load_deployment(path: str | Path, overrides: dict[str, str] | None = None) -> Deployment:
+    """The deployment a ``real_arm`` argument file describes (``name:=value`` overrides over it), read as strictly
+    as the graph reads it: what ``demo --deploy`` and ``eval --deploy`` model."""
+    return Deployment.from_arguments(resolve_arguments("real_arm", {"config": str(path), **(overrides or {})}))
 
 
 def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
