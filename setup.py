@@ -5,20 +5,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "diffpolicy_ros"
-NODES = (
-    "sim_bridge",
-    "camera_node",
-    "proprio_node",
-    "instruction_node",
-    "policy_node",
-    "chunk_executor",
-    "safety_filter",
-    "trainer_node",
-    "bag_recorder",
-    "bag_player",
-    "evaluator",
-)
 HERE = Path(__file__).parent
+# every module of diffpolicy_ros/nodes/ with a main() is a node executable (lib/<package>/<node> for launch_ros)
+NODES = sorted(p.stem for p in (HERE / PACKAGE / "nodes").glob("*.py") if "\ndef main(" in p.read_text())
 
 
 def data_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -58,7 +47,7 @@ setup(
     entry_points={
         "console_scripts": [
             "diffpolicy = diffpolicy_ros.cli:main",
-            *(f"{node} = diffpolicy_ros.nodes.{node}:main" for node in NODES),
+            *(f"{node} = diffpolicy_ros.nodes.entry_points:{node}" for node in NODES),
         ],
     },
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 
@@ -158,6 +159,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
     except SystemExit as exc:  # a node that has finished its job (a recorder's duration)
         return int(exc.code or 0)
     finally:
+        # a terminal's Ctrl-C under `ros2 launch` arrives twice (the terminal's, then launch's forward): the second
+        # must not cut the clean-up short with a KeyboardInterrupt traceback (launch sends SIGTERM after 5 s)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             close = getattr(node, "close", None)
             if close is not None:

@@ -29,6 +29,7 @@ from visualization_msgs.msg import MarkerArray
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.contract import CAMERAS
+from diffpolicy_ros.device import device_type
 from diffpolicy_ros.messages.conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -49,6 +50,7 @@ from diffpolicy_ros.models.checkpoint import (
     load_policy,
 )
 from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.models.native import native_kernel
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     LATCHED_QOS,
@@ -106,7 +108,8 @@ class PolicyNode(Node):
         # checkpoints load in a daemon thread: a first load can build the native kernel for a minute, and a stop
         # must not wait for it (a ThreadPoolExecutor's threads are joined at exit)
         self.to_load: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self.load_requested, name="checkpoint", daemon=True).start()
+        self.loader = threading.Thread(target=self.load_requested, name="checkpoint", daemon=True)
+        self.loader.start()
         self.busy = threading.Event()
         self.closing = threading.Event()
         self.stats = {"chunks": 0, "dropped_busy": 0, "refused_obs": 0, "reloads": 0, "failed_reloads": 0}
@@ -195,6 +198,10 @@ class PolicyNode(Node):
                 raise CheckpointError(f"deploy gate: {refusal} (allow_unproven:=true overrides)")
             if refusal:
                 self.get_logger().warn(f"allow_unproven:=true — loading {path} although {refusal}")
+            if device_type(self.device) == "cpu":
+                native_kernel()  # a new install's first load builds it here (tens of seconds); a stop ends the load
+            if self.closing.is_set():
+                return
             predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps or None)
             predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
         except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
@@ -298,6 +305,7 @@ class PolicyNode(Node):
         publishes through a destroyed publisher (the 'cannot use Destroyable' error on Ctrl-C)."""
         self.closing.set()
         self.to_load.put(None)  # a load in progress finishes in its daemon thread, or is cut short by the exit
+        self.loader.join(timeout=2.0)  # one between its steps ends now (torch torn down mid-trace would abort)
         self.worker.shutdown(wait=True, cancel_futures=True)
 
 

@@ -3,6 +3,7 @@ while a callback is publishing (the sim bridge printed "publisher's context is i
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import textwrap
 import time
 
 import pytest
+
+from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
 
 BUSY_NODE = textwrap.dedent(
     """
@@ -35,14 +38,17 @@ BUSY_NODE = textwrap.dedent(
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_mid_publish_stops_the_node_cleanly(sig):
+@pytest.mark.parametrize("sig,times", [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGINT, 2)])
+def test_a_signal_mid_publish_stops_the_node_cleanly(sig, times):
+    """Twice: Ctrl-C in a terminal under `ros2 launch` reaches a node from the terminal and again from launch."""
     node = subprocess.Popen(
         [sys.executable, "-c", BUSY_NODE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert node.stdout.readline().strip() == "up"
     time.sleep(1.0)  # publishing in a loop by now
-    node.send_signal(sig)
+    for _ in range(times):
+        node.send_signal(sig)
+        time.sleep(0.02)
     _, err = node.communicate(timeout=30)
     assert node.returncode == 0, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
@@ -71,3 +77,54 @@ def test_diffpolicy_launch_refuses_an_inverted_box_before_any_node_starts():
     )  # fmt: skip
     assert out.returncode == 2 and "box_low must be below box_high" in out.stderr
     assert "[launch]" not in out.stdout and "Traceback" not in out.stderr + out.stdout
+
+
+def start_node(node: str, *ros_args: str, env: dict | None = None) -> subprocess.Popen:
+    """A node as its console script (what ``ros2 run`` / launch_ros start) does it: the entry point's import."""
+    script = f"from diffpolicy_ros.nodes.entry_points import {node}; raise SystemExit({node}())"
+    argv = [sys.executable, "-c", script, *(["--ros-args", *ros_args] if ros_args else [])]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+
+
+def seconds_to_stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[float, str]:
+    """Signal the node (the pid alone, as launch does) and time its exit; then clear its process group."""
+    start = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # a compiler the node started, if it outlived it
+        except ProcessLookupError:
+            pass
+    return time.monotonic() - start, err
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("node", ["policy_node", "sim_bridge", "safety_filter", "bag_player", "trainer_node"])
+def test_ctrl_c_while_a_node_still_imports_ends_it_quietly_within_5_s(node):
+    """`ros2 launch`'s Ctrl-C reaches a node as SIGINT, often while it still imports torch and MuJoCo."""
+    proc = start_node(node)
+    time.sleep(0.3)
+    seconds, err = seconds_to_stop(proc)
+    assert seconds < 5.0 and proc.returncode == 0, (seconds, proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+
+
+@pytest.mark.quick
+def test_ctrl_c_while_the_policy_builds_its_native_kernel_stops_it_within_5_s(tmp_path):
+    """A new install's first load compiles the kernel for a minute: Ctrl-C must not wait for the compiler."""
+    ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.05, 0.02, 0.0))
+    cold = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}
+    proc = start_node("policy_node", "-p", f"checkpoint:={ckpt}", env=cold)
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "building the native CPU kernel" not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stderr.readline()
+    assert "building the native CPU kernel" in seen, seen[-2000:]
+    time.sleep(1.0)  # the compiler is running
+    seconds, err = seconds_to_stop(proc)
+    assert seconds < 5.0 and proc.returncode == 0, (seconds, proc.returncode, (seen + err)[-2000:])
+    assert "Traceback" not in seen + err, (seen + err)[-2000:]
