@@ -101,6 +101,11 @@ class ResNet18GN(nn.Module):
 BACKBONES = {"small_cnn": SmallCNN, "resnet18_gn": ResNet18GN}
 
 
+def normalized_images(images: dict[str, torch.Tensor], cameras: tuple[str, ...]) -> list[torch.Tensor]:
+    """uint8 [B, H, W, 3] per camera -> float [B, 3, H, W] in [-1, 1], in camera order."""
+    return [images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0 for cam in cameras]
+
+
 class ImageEncoder(nn.Module):
     """uint8 images [B, H, W, 3] per camera -> feature maps [B, C, h, w] per camera."""
 
@@ -124,8 +129,7 @@ class ImageEncoder(nn.Module):
         return self.encode(self.normalized(images))
 
     def normalized(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """uint8 [B, H, W, 3] per camera -> float [B, 3, H, W] in [-1, 1], in camera order."""
-        return [images[cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0 for cam in self.cameras]
+        return normalized_images(images, self.cameras)
 
     def encode(self, normalized: list[torch.Tensor]) -> list[torch.Tensor]:
         """``normalized``'s images -> feature maps [B, C, h, w], in camera order."""

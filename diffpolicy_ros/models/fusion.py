@@ -15,7 +15,14 @@ from torch import nn
 
 from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, PROPRIO_SLICES, WORKSPACE_HIGH, WORKSPACE_LOW
-from diffpolicy_ros.models.encoders import TEXT_ENCODERS, ImageEncoder, ImageEncoderConfig, KeypointCNN, mlp
+from diffpolicy_ros.models.encoders import (
+    TEXT_ENCODERS,
+    ImageEncoder,
+    ImageEncoderConfig,
+    KeypointCNN,
+    mlp,
+    normalized_images,
+)
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
 
@@ -24,6 +31,8 @@ class FusionConfig:
     dim: int = 128
     heads: int = 4
     layers: int = 2
+    # 0: no image tokens: the cameras feed only the task-state estimator (estimate_task_state), so the actor
+    # reads a state policy's inputs and trains without pixels (staged BC: rl/estimator.py)
     image_tokens_per_camera: int = 4
     cameras: tuple[str, ...] = ("top", "side")
     use_images: bool = True
@@ -85,13 +94,16 @@ class MultimodalEncoder(nn.Module):
                 "fusion: estimate_task_state needs aux_task_state_weight > 0 (the loss that trains the estimate) "
                 "and a one-goal task (extra_state_dim 0)"
             )
+        self.image_tokens = cfg.use_images and cfg.image_tokens_per_camera > 0
+        if cfg.use_images and not (self.image_tokens or self.estimates_task_state):
+            raise ConfigError("fusion: image_tokens_per_camera 0 needs estimate_task_state (nothing would read images)")
         reads_task_state = cfg.use_task_state or self.estimates_task_state
         state_dim = cfg.proprio_dim + cfg.extra_state_dim if reads_task_state else JOINT_STATE_DIM
         self.state_norm = StandardNormalizer(state_dim)
         self.proprio = mlp([state_dim, cfg.dim, cfg.dim])
         self.cls = nn.Parameter(torch.randn(1, 1, cfg.dim) * 0.02)
         self.type_embed = nn.Parameter(torch.zeros(4, cfg.dim))  # cls, image, text, proprio
-        if cfg.use_images:
+        if self.image_tokens:
             self.images = ImageEncoder(cfg.cameras, cfg.image)
             self.pools = nn.ModuleList(
                 AttentionPool2d(self.images.out_channels, cfg.dim, cfg.image_tokens_per_camera, cfg.heads)
@@ -141,26 +153,42 @@ class MultimodalEncoder(nn.Module):
     def forward(self, obs: dict) -> torch.Tensor:
         return self.features(obs, predict=False)[0]
 
+    def estimator_parameters(self) -> list[nn.Parameter]:
+        """The task-state estimator's weights (keypoint CNN and head): what staged BC trains first."""
+        if not self.estimates_task_state:
+            return []
+        return [*self.keypoints.parameters(), *self.aux_task_state.parameters()]
+
+    def estimate_task_state(self, images: list[torch.Tensor]) -> torch.Tensor:
+        """Normalized camera images -> the block and goal xy [B, 4] in workspace units ([-1, 1])."""
+        return self.aux_task_state(torch.cat([self.keypoints(x) for x in images], dim=-1))
+
     def features(self, obs: dict, predict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The global representation [B, dim], and the auxiliary block/goal-xy prediction [B, 4] in workspace
-        units (None when the auxiliary head is off, or not asked for and not the state token's estimate)."""
+        units (None when the auxiliary head is off, or not asked for and not the state token's estimate).
+
+        ``obs["task_state_estimate"]`` (block and goal xy [B, 4] in metres), where given, stands in for the
+        estimator's output: staged BC trains the actor on it without touching the images."""
         cfg = self.config
         state = self.state_vector(obs)
         batch, device = state.shape[0], state.device
         tokens = [self.cls.expand(batch, -1, -1) + self.type_embed[0]]
         masks = [torch.zeros(batch, 1, dtype=torch.bool, device=device)]
-        if cfg.use_images:
-            images = self.images.normalized({cam: obs[f"image_{cam}"] for cam in cfg.cameras})
-            fmaps = self.images.encode(images)
-            for pool, fmap in zip(self.pools, fmaps):
+        given_estimate = obs.get("task_state_estimate") if self.estimates_task_state else None
+        if cfg.use_images and (self.image_tokens or given_estimate is None):
+            images = normalized_images({cam: obs[f"image_{cam}"] for cam in cfg.cameras}, cfg.cameras)
+        if self.image_tokens:
+            for pool, fmap in zip(self.pools, self.images.encode(images)):
                 tokens.append(pool(fmap) + self.type_embed[1])
                 masks.append(torch.zeros(batch, cfg.image_tokens_per_camera, dtype=torch.bool, device=device))
         prediction = None
         if self.estimates_task_state:
-            keypoints = [self.keypoints(x) for x in images]
-            prediction = self.aux_task_state(torch.cat(keypoints, dim=-1))
-            low, high = self.task_state_low, self.task_state_high
-            estimate = low + (prediction.detach() + 1) / 2 * (high - low)  # workspace units -> metres
+            if given_estimate is not None:
+                estimate = given_estimate
+            else:
+                prediction = self.estimate_task_state(images)
+                low, high = self.task_state_low, self.task_state_high
+                estimate = low + (prediction.detach() + 1) / 2 * (high - low)  # workspace units -> metres
             state = torch.cat([state[..., :JOINT_STATE_DIM], estimate.to(state.dtype)], dim=-1)
         if cfg.use_text:
             # pre-encoded instructions (the traced inference graph takes tensors only), or the strings
@@ -173,6 +201,6 @@ class MultimodalEncoder(nn.Module):
         with torch.autocast(device.type, enabled=False):  # attention (softmax over a few tokens) stays fp32 under AMP
             seq = self.transformer(torch.cat(tokens, dim=1).float(), src_key_padding_mask=torch.cat(masks, dim=1))
             cond = self.out_norm(seq[:, 0])
-        if predict and self.aux_task_state is not None and prediction is None:  # the head on the representation
+        if predict and self.aux_task_state is not None and not self.estimates_task_state:  # head on the representation
             prediction = self.aux_task_state(cond)
         return cond, prediction

@@ -104,3 +104,34 @@ def test_keypoint_soft_argmax_returns_the_expected_image_coordinates():
     assert out[0, 1].item() == pytest.approx(0.0, abs=1e-6) and out[0, 3].item() == pytest.approx(0.0, abs=1e-6)
     logits[0, 0, 8, 25] = 50.0  # two equal peaks: the expectation lies between them, finer than a cell
     assert kp(logits)[0, 0].item() == pytest.approx((grid[24] + grid[25]).item() / 2, abs=1e-4)
+
+
+def _estimator_only_encoder() -> MultimodalEncoder:
+    torch.manual_seed(0)
+    cfg = FusionConfig(
+        dim=32, heads=2, layers=1, use_text=False, use_task_state=False, aux_task_state_weight=1.0,
+        estimate_task_state=True, image_tokens_per_camera=0,
+    )  # fmt: skip
+    return MultimodalEncoder(cfg)
+
+
+def test_cameras_that_feed_only_the_estimator_give_no_image_tokens_and_a_given_estimate_skips_them():
+    enc = _estimator_only_encoder()
+    assert not hasattr(enc, "images") and not hasattr(enc, "pools")  # no image-token weights at all
+    seen = {}
+    enc.proprio.register_forward_hook(lambda m, inputs, out: seen.update(state=inputs[0]))
+    obs = _obs(2, (0.5, 0.0), (0.6, 0.1))
+    cond, prediction = enc.features(obs)  # deployed: the estimate comes from the cameras
+    assert prediction.shape == (2, 4) and cond.shape == (2, 32)
+    from_cameras = seen["state"][:, -4:].clone()
+    given = torch.tensor([[0.45, -0.05, 0.62, 0.12]] * 2)
+    no_images = {"proprio": obs["proprio"], "task_state_estimate": given}  # staged BC's actor batches: no pixels
+    cond_given, prediction_given = enc.features(no_images)
+    assert prediction_given is None and torch.equal(seen["state"][:, -4:], given)
+    assert not torch.equal(cond_given, cond) and not torch.equal(from_cameras, given)
+    assert list(enc.estimator_parameters()) == [*enc.keypoints.parameters(), *enc.aux_task_state.parameters()]
+
+
+def test_no_image_tokens_without_the_estimator_is_a_config_error():
+    with pytest.raises(ValueError, match="image_tokens_per_camera 0 needs estimate_task_state"):
+        MultimodalEncoder(FusionConfig(use_text=False, image_tokens_per_camera=0))

@@ -36,10 +36,15 @@ def test_fast_resolves_to_the_native_kernel_on_cpu():
 
 
 VISION_ESTIMATE = FusionConfig(use_task_state=False, aux_task_state_weight=1.0, estimate_task_state=True)
+VISION_STAGED = FusionConfig(  # the default vision policy: the cameras feed only the estimator
+    use_task_state=False, aux_task_state_weight=1.0, estimate_task_state=True, image_tokens_per_camera=0
+)
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("fusion", [FusionConfig(), VISION_ESTIMATE], ids=["multimodal", "vision_estimate"])
+@pytest.mark.parametrize(
+    "fusion", [FusionConfig(), VISION_ESTIMATE, VISION_STAGED], ids=["multimodal", "vision_estimate", "vision_staged"]
+)
 @pytest.mark.parametrize("backend", ["native", "traced"])
 def test_fast_paths_equal_eager_and_return_chunks_in_m_per_s(image_obs, backend, fusion):
     if backend == "native" and not HAS_COMPILER:

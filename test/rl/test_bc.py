@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
-from diffpolicy_ros.rl.bc import BCConfig, BCRun, chunk_targets, random_shift, train_bc
+from diffpolicy_ros.rl.bc import BCConfig, BCRun, chunk_targets, train_bc
 from diffpolicy_ros.sim.demos import run_demos
 
 TINY_POLICY = {

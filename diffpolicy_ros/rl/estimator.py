@@ -1,0 +1,116 @@
+"""Stage one of staged BC: the task-state estimator (keypoint CNN + head, ``MultimodalEncoder``) on the cameras.
+
+A vision policy whose actor reads a state estimate (``fusion.estimate_task_state``, no image tokens) needs the
+pixels only to place the block and the goal. So the estimator is trained alone, supervised on the
+demonstrations' positions, on frames decoded once into memory; then the actor trains on states (``rl/bc.py``),
+with the estimator's error measured on held-out episodes added to the true positions, so it learns to act on
+estimates as good as the deployed ones and no better. Stage one costs a small CNN's forward and backward per
+sample; the joint recipe ran the cameras through the keypoint CNN and the image encoders at every actor step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from diffpolicy_ros.contract import CAMERAS, PROPRIO_SLICES
+from diffpolicy_ros.data.augmentation import random_shift
+from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.models.encoders import normalized_images
+from diffpolicy_ros.models.fusion import MultimodalEncoder
+
+
+@dataclass
+class EstimatorResult:
+    """What stage one hands to stage two: held-out residuals (estimate - truth, metres) and their summary."""
+
+    residuals: np.ndarray  # [N, 4]: block xy, goal xy
+    summary: dict
+
+
+def true_task_state(proprio: np.ndarray) -> np.ndarray:
+    """[N, 4] block xy, goal xy (metres) from proprio: the labels, never an input."""
+    return np.concatenate([proprio[:, PROPRIO_SLICES["object_xy"]], proprio[:, PROPRIO_SLICES["goal_xy"]]], axis=1)
+
+
+def held_out_steps(dataset: EpisodeDataset, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Step indices of the training episodes and of the last ``fraction`` of episodes (at least one)."""
+    n_held = max(1, round(dataset.n_episodes * fraction)) if dataset.n_episodes > 1 else 0
+    cut = dataset.episode_slice(dataset.n_episodes - n_held).start if n_held else dataset.n_steps
+    return np.arange(cut), np.arange(cut, dataset.n_steps)
+
+
+def train_estimator(
+    encoder: MultimodalEncoder,
+    dataset: EpisodeDataset,
+    iters: int,
+    batch_size: int,
+    lr: float,
+    holdout: float,
+    image_shift: int,
+    rng: np.random.Generator,
+    gen: torch.Generator,
+    device: torch.device,
+    progress: bool = True,
+) -> EstimatorResult:
+    """Train ``encoder``'s estimator in place (its other weights untouched), then measure it on held-out episodes."""
+    start = time.perf_counter()
+    frames = {cam: torch.from_numpy(dataset.obs[f"image_{cam}"]) for cam in CAMERAS}  # uint8, decoded once
+    truth = torch.from_numpy(true_task_state(dataset.obs["proprio"])).float()
+    train_idx, held_idx = held_out_steps(dataset, holdout)
+    low, high = encoder.task_state_low.cpu(), encoder.task_state_high.cpu()
+    target = 2 * (truth - low) / (high - low) - 1  # workspace units, as the head predicts
+
+    params = encoder.estimator_parameters()
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-6)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: 0.5 * (1 + math.cos(math.pi * it / iters)))
+    encoder.train()
+    losses: list[float] = []
+    bar = tqdm(range(iters), desc="estimator", unit="it", disable=not progress)
+    for _ in bar:
+        idx = torch.from_numpy(train_idx[rng.integers(0, len(train_idx), batch_size)])
+        images = {cam: random_shift(frames[cam][idx], image_shift, gen).to(device) for cam in CAMERAS}
+        prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
+        loss = torch.nn.functional.mse_loss(prediction.float(), target[idx].to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if len(losses) % 50 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
+
+    residuals = estimate(encoder, frames, held_idx, device) - truth[held_idx].numpy()
+    block_mm = 1000 * np.linalg.norm(residuals[:, :2], axis=1)
+    goal_mm = 1000 * np.linalg.norm(residuals[:, 2:], axis=1)
+    summary = {
+        "iters": iters,
+        "held_out_steps": int(len(held_idx)),
+        "block_median_mm": round(float(np.median(block_mm)), 2),
+        "block_p90_mm": round(float(np.percentile(block_mm, 90)), 2),
+        "goal_median_mm": round(float(np.median(goal_mm)), 2),
+        "goal_p90_mm": round(float(np.percentile(goal_mm, 90)), 2),
+        "final_loss": float(np.mean(losses[-50:])),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+    return EstimatorResult(residuals.astype(np.float32), summary)
+
+
+@torch.no_grad()
+def estimate(encoder: MultimodalEncoder, frames: dict, steps: np.ndarray, device, batch: int = 256) -> np.ndarray:
+    """The estimator's block and goal xy (metres) [N, 4] on the given steps' frames."""
+    encoder.eval()
+    low, high = encoder.task_state_low, encoder.task_state_high
+    out = []
+    for i in range(0, len(steps), batch):
+        idx = torch.from_numpy(steps[i : i + batch])
+        images = {cam: frames[cam][idx].to(device) for cam in CAMERAS}
+        prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
+        out.append((low + (prediction.float() + 1) / 2 * (high - low)).cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, 4), np.float32)

@@ -1,0 +1,105 @@
+"""Staged BC of a vision policy: the task-state estimator trains alone on the cameras, then the actor on states
+with the estimator's held-out error, and the result is one checkpoint that reads images when deployed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from diffpolicy_ros.config import ConfigError
+from diffpolicy_ros.contract import CAMERAS
+from diffpolicy_ros.models.checkpoint import load_checkpoint, load_policy
+from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
+from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.rl import bc as bc_module
+from diffpolicy_ros.rl.bc import BCConfig, BCRun, train_bc
+from diffpolicy_ros.rl.estimator import estimate, held_out_steps, train_estimator, true_task_state
+from diffpolicy_ros.sim.demos import run_demos
+
+pytestmark = pytest.mark.quick
+
+STAGED_POLICY = {
+    "kind": "diffusion",
+    "diffusion": {
+        "fusion": {
+            "dim": 32, "heads": 2, "use_text": False, "use_task_state": False, "aux_task_state_weight": 1.0,
+            "estimate_task_state": True, "image_tokens_per_camera": 0,
+        },
+        "unet": {"down_dims": [16, 32], "timestep_embed_dim": 16},
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def image_demos():
+    return run_demos("push", episodes=5, seed=0, obs_mode="image", progress=False)[1]
+
+
+def test_the_held_out_steps_are_whole_episodes_at_the_end(image_demos):
+    train, held = held_out_steps(image_demos, 0.2)
+    last = image_demos.episode_slice(image_demos.n_episodes - 1)
+    assert held[0] == last.start and held[-1] == image_demos.n_steps - 1 and train[-1] == last.start - 1
+
+
+def test_the_estimator_learns_to_place_the_block_and_goal_on_frames_it_never_saw(image_demos):
+    torch.manual_seed(0)
+    encoder = MultimodalEncoder(FusionConfig(**STAGED_POLICY["diffusion"]["fusion"]))
+    frames = {cam: torch.from_numpy(image_demos.obs[f"image_{cam}"]) for cam in CAMERAS}
+    _, held = held_out_steps(image_demos, 0.2)
+    truth = true_task_state(image_demos.obs["proprio"])[held]
+    before = np.median(np.abs(estimate(encoder, frames, held, "cpu") - truth))
+    estimator_ids = {id(p) for p in encoder.estimator_parameters()}
+    others = [p.detach().clone() for p in encoder.parameters() if id(p) not in estimator_ids]
+    result = train_estimator(
+        encoder, image_demos, iters=150, batch_size=32, lr=3e-3, holdout=0.2, image_shift=4,
+        rng=np.random.default_rng(0), gen=torch.Generator().manual_seed(0), device="cpu", progress=False,
+    )  # fmt: skip
+    after = np.median(np.abs(result.residuals))
+    assert result.residuals.shape == (len(held), 4)
+    assert after < 0.6 * before, (before, after)  # 4 training episodes, 150 iterations: about half (0.51)
+    assert result.summary["block_median_mm"] > 0 and result.summary["held_out_steps"] == len(held)
+    still = [p for p in encoder.parameters() if id(p) not in estimator_ids]
+    assert all(torch.equal(a, b) for a, b in zip(others, still))  # only the estimator was trained
+
+
+def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demos, tmp_path, monkeypatch):
+    stage_one = {}
+    real_train_estimator, real_bc_step = bc_module.train_estimator, bc_module.bc_step
+
+    def recording_train_estimator(encoder, *args, **kwargs):
+        result = real_train_estimator(encoder, *args, **kwargs)
+        stage_one["weights"] = [p.detach().clone() for p in encoder.estimator_parameters()]
+        return result
+
+    batches = []
+
+    def recording_bc_step(policy, optimizer, obs, actions, grad_clip):
+        batches.append(set(obs))
+        return real_bc_step(policy, optimizer, obs, actions, grad_clip)
+
+    monkeypatch.setattr(bc_module, "train_estimator", recording_train_estimator)
+    monkeypatch.setattr(bc_module, "bc_step", recording_bc_step)
+    train = BCConfig(
+        iters=4, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=4, eval_episodes=1,
+        final_eval_episodes=1, device="cpu",
+    )  # fmt: skip
+    result = train_bc(BCRun(policy=STAGED_POLICY, train=train), image_demos, tmp_path, progress=False)
+    assert set(result["estimator"]) >= {"block_median_mm", "goal_median_mm", "held_out_steps", "wall_s"}
+    assert batches and all("task_state_estimate" in b and not any(k.startswith("image_") for k in b) for b in batches)
+    ckpt = load_checkpoint(result["checkpoint"])
+    assert ckpt["meta"]["metrics"]["estimator"] == result["estimator"]
+    policy, _ = load_policy(result["checkpoint"], "cpu")
+    saved = policy.encoder.estimator_parameters()
+    assert all(torch.equal(a, b) for a, b in zip(stage_one["weights"], saved))  # stage two left it as trained
+    obs = {k: v[0] for k, v in image_demos.obs.items()} | {"instruction": "push the block"}
+    chunk = ChunkPredictor(policy, "cpu", backend="eager")(obs, torch.Generator().manual_seed(0))
+    assert chunk.shape == (1, 16, 3) and np.isfinite(chunk).all()  # deployed, it reads the cameras
+
+
+def test_staged_bc_needs_a_policy_whose_cameras_feed_only_the_estimator(image_demos, tmp_path):
+    joint = {"kind": "diffusion", "diffusion": {"fusion": {**STAGED_POLICY["diffusion"]["fusion"],
+                                                           "image_tokens_per_camera": 4}}}  # fmt: skip
+    train = BCConfig(iters=1, estimator_iters=5, device="cpu")
+    with pytest.raises(ConfigError, match="image_tokens_per_camera 0"):
+        train_bc(BCRun(policy=joint, train=train), image_demos, tmp_path, progress=False)
