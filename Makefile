@@ -39,7 +39,8 @@ sim-train: setup
 
 # The policy `diffpolicy launch real_arm` loads by default: cameras + joint state + instruction, no block or
 # goal pose. 200 expert episodes with images within real_arm's limits (0.1 m/s, 0.5 m/s^2: motions the arm
-# behind its filter can follow; ~3 min), then BC (see config/policy/diffusion_vision.yaml).
+# behind its filter can follow; ~3 min), then staged BC: the block/goal estimator on the cameras, then the
+# actor on states (see config/policy/diffusion_vision.yaml; under half an hour on 2 cores with --threads 2).
 vision-policy: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml \
 	  --out runs/vision/demos.npz --json
