@@ -168,7 +168,8 @@ def test_train_bc_gives_a_vision_policy_the_bags_block_and_goal_poses_as_labels(
 
     repo = Path(__file__).resolve().parents[2]
     args = ["train-bc", "--data", demo_bag, "--config", repo / "config/policy/diffusion_vision.yaml", "--iters", "2",
-            "--eval-every", "2", "--final-eval-episodes", "1", "--run-dir", tmp_path / "r", "--json"]  # fmt: skip
+            "--estimator-iters", "2", "--eval-every", "2", "--final-eval-episodes", "1", "--run-dir", tmp_path / "r",
+            "--json"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(repo)}
     done = subprocess.run([sys.executable, "-m", "diffpolicy_ros.cli", *map(str, args)], env=env, timeout=300,
                           capture_output=True, text=True)  # fmt: skip
