@@ -25,6 +25,10 @@ from diffpolicy_ros.models.encoders import (
 )
 from diffpolicy_ros.models.normalizer import StandardNormalizer
 
+# the block and goal xy slots of proprio, adjacent after the joint state in the contract's layout: the task state
+# a vision policy estimates (``features`` appends its estimate to the joint state), and its labels
+TASK_STATE_SLOTS = slice(PROPRIO_SLICES["object_xy"].start, PROPRIO_SLICES["goal_xy"].stop)
+
 
 @dataclass
 class FusionConfig:
@@ -134,10 +138,16 @@ class MultimodalEncoder(nn.Module):
         xy (``features``' second output), both scaled to [-1, 1] over the workspace."""
         if prediction is None:
             return obs["proprio"].new_zeros((), dtype=torch.float32)
-        proprio = obs["proprio"].float()
-        target = torch.cat([proprio[..., PROPRIO_SLICES["object_xy"]], proprio[..., PROPRIO_SLICES["goal_xy"]]], -1)
-        target = 2 * (target - self.task_state_low) / (self.task_state_high - self.task_state_low) - 1
+        target = self.to_workspace_units(obs["proprio"].float()[..., TASK_STATE_SLOTS])
         return self.config.aux_task_state_weight * nn.functional.mse_loss(prediction.float(), target)
+
+    def to_workspace_units(self, task_state: torch.Tensor) -> torch.Tensor:
+        """Block and goal xy in metres -> [-1, 1] over the workspace: what the estimator's head predicts."""
+        return 2 * (task_state - self.task_state_low) / (self.task_state_high - self.task_state_low) - 1
+
+    def to_metres(self, prediction: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``to_workspace_units``."""
+        return self.task_state_low + (prediction + 1) / 2 * (self.task_state_high - self.task_state_low)
 
     def state_vector(self, obs: dict) -> torch.Tensor:
         """The state the model reads: proprio (+ the goals of the two-goal task), or the joint state only.
@@ -187,8 +197,7 @@ class MultimodalEncoder(nn.Module):
                 estimate = given_estimate
             else:
                 prediction = self.estimate_task_state(images)
-                low, high = self.task_state_low, self.task_state_high
-                estimate = low + (prediction.detach() + 1) / 2 * (high - low)  # workspace units -> metres
+                estimate = self.to_metres(prediction.detach())
             state = torch.cat([state[..., :JOINT_STATE_DIM], estimate.to(state.dtype)], dim=-1)
         if cfg.use_text:
             # pre-encoded instructions (the traced inference graph takes tensors only), or the strings

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from diffpolicy_ros.contract import CAMERAS, PROPRIO_SLICES
+from diffpolicy_ros.contract import CAMERAS
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.encoders import normalized_images
-from diffpolicy_ros.models.fusion import MultimodalEncoder
+from diffpolicy_ros.models.fusion import TASK_STATE_SLOTS, MultimodalEncoder
 
 
 @dataclass
@@ -35,7 +35,7 @@ class EstimatorResult:
 
 def true_task_state(proprio: np.ndarray) -> np.ndarray:
     """[N, 4] block xy, goal xy (metres) from proprio: the labels, never an input."""
-    return np.concatenate([proprio[:, PROPRIO_SLICES["object_xy"]], proprio[:, PROPRIO_SLICES["goal_xy"]]], axis=1)
+    return proprio[:, TASK_STATE_SLOTS]
 
 
 def held_out_steps(dataset: EpisodeDataset, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -63,8 +63,7 @@ def train_estimator(
     frames = {cam: torch.from_numpy(dataset.obs[f"image_{cam}"]) for cam in CAMERAS}  # uint8, decoded once
     truth = torch.from_numpy(true_task_state(dataset.obs["proprio"])).float()
     train_idx, held_idx = held_out_steps(dataset, holdout)
-    low, high = encoder.task_state_low.cpu(), encoder.task_state_high.cpu()
-    target = 2 * (truth - low) / (high - low) - 1  # workspace units, as the head predicts
+    target = encoder.to_workspace_units(truth.to(device))  # as the head predicts
 
     params = encoder.estimator_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-6)
@@ -76,7 +75,7 @@ def train_estimator(
         idx = torch.from_numpy(train_idx[rng.integers(0, len(train_idx), batch_size)])
         images = {cam: random_shift(frames[cam][idx], image_shift, gen).to(device) for cam in CAMERAS}
         prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
-        loss = torch.nn.functional.mse_loss(prediction.float(), target[idx].to(device))
+        loss = torch.nn.functional.mse_loss(prediction.float(), target[idx.to(target.device)])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -106,11 +105,10 @@ def train_estimator(
 def estimate(encoder: MultimodalEncoder, frames: dict, steps: np.ndarray, device, batch: int = 256) -> np.ndarray:
     """The estimator's block and goal xy (metres) [N, 4] on the given steps' frames."""
     encoder.eval()
-    low, high = encoder.task_state_low, encoder.task_state_high
     out = []
     for i in range(0, len(steps), batch):
         idx = torch.from_numpy(steps[i : i + batch])
         images = {cam: frames[cam][idx].to(device) for cam in CAMERAS}
         prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
-        out.append((low + (prediction.float() + 1) / 2 * (high - low)).cpu().numpy())
+        out.append(encoder.to_metres(prediction.float()).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 4), np.float32)
