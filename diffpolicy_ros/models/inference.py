@@ -136,6 +136,12 @@ def _trace(module: nn.Module, inputs: tuple) -> torch.jit.ScriptModule:
         return torch.jit.optimize_for_inference(torch.jit.freeze(traced))
 
 
+def uses_native_kernel(policy: nn.Module, device: str) -> bool:
+    """Whether ``ChunkPredictor(policy, device)`` (backend auto) runs the native kernel: a denoising head on a CPU.
+    A caller may build it first (``native_kernel()``, tens of seconds in a new install) as a step of its own."""
+    return isinstance(policy, DiffusionPolicy) and device_type(device) == "cpu"
+
+
 class ChunkPredictor:
     """``predictor(obs) -> np.ndarray [B, H, A]`` (m/s). ``obs``: one env observation or a batch.
 
@@ -150,11 +156,10 @@ class ChunkPredictor:
         self.ddim_steps = ddim_steps or getattr(policy.config, "ddim_steps", None)
         if backend not in ("auto", "eager", "fast", "traced", "native"):
             raise ValueError(f"backend must be auto|eager|fast|traced|native, got {backend!r}")
-        on_cpu = device_type(device) == "cpu"
-        if not denoises or (backend == "auto" and not on_cpu):
+        if not denoises or (backend == "auto" and not uses_native_kernel(policy, device)):
             backend = "eager"
         elif backend in ("auto", "fast", "native"):
-            if not on_cpu:
+            if device_type(device) != "cpu":
                 raise ValueError(f"backend {backend!r} is the CPU fast path; use eager on {device}")
             backend = "native" if native_kernel() is not None else "traced"
         self.backend = backend

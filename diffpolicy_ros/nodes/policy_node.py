@@ -29,7 +29,6 @@ from visualization_msgs.msg import MarkerArray
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.contract import CAMERAS
-from diffpolicy_ros.device import device_type
 from diffpolicy_ros.messages.conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -49,7 +48,7 @@ from diffpolicy_ros.models.checkpoint import (
     describe_checkpoint,
     load_policy,
 )
-from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.models.inference import ChunkPredictor, uses_native_kernel
 from diffpolicy_ros.models.native import native_kernel
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
@@ -198,7 +197,7 @@ class PolicyNode(Node):
                 raise CheckpointError(f"deploy gate: {refusal} (allow_unproven:=true overrides)")
             if refusal:
                 self.get_logger().warn(f"allow_unproven:=true — loading {path} although {refusal}")
-            if device_type(self.device) == "cpu":
+            if uses_native_kernel(policy, self.device):
                 native_kernel()  # a new install's first load builds it here (tens of seconds); a stop ends the load
             if self.closing.is_set():
                 return
