@@ -167,5 +167,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
             if close is not None:
                 close()
             node.destroy_node()
-        rclpy.try_shutdown()
+        try:
+            rclpy.try_shutdown()
+        except Exception:  # rclpy's signal thread shut the context down between try_shutdown's check and its call
+            if rclpy.ok():
+                raise
     return 0
