@@ -21,6 +21,7 @@ from tqdm import tqdm
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
 from diffpolicy_ros.runs import EVAL_SEED
 from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 from diffpolicy_ros.safety.deployment import Deployment
@@ -54,6 +55,8 @@ def evaluate_deployed(
     limits = deployment_limits(deployment)
     period, tick_dt, exec_dt = env.cfg.control_dt, env.tick_dt, 1.0 / deployment.executor_rate_hz
     latency_rng = np.random.default_rng(seed)
+    # real-time chunking freezes what runs during inference: up to the cell's longest latency
+    rtc = RealTimeChunking(frozen_s=deployment.latency_s[1]) if deployment.real_time_chunking else None
     successes, lengths, latencies, jumps = [], [], [], []
     counts = {"speed_limited": 0, "accel_limited": 0, "box_limited": 0, "active_ticks": 0, "switch_accel_clips": 0}
     bar = tqdm(range(episodes), desc=f"eval {task} as deployed", unit="ep", disable=not progress)
@@ -62,12 +65,15 @@ def evaluate_deployed(
         latency = float(latency_rng.uniform(*deployment.latency_s))
         generator = torch.Generator().manual_seed(seed + i)
         flt, player = SafetyFilter(limits), ChunkPlayer(period, blend_s=deployment.blend_s)
+        previous, previous_stamp = None, 0.0  # the policy's last chunk: what real-time chunking continues
         pending: list[tuple[float, float, np.ndarray]] = []  # (arrival, stamp, chunk in m/s) on their way
         t, busy_until, next_exec, held, last_command = 0.0, -1.0, 0.0, np.zeros(3), np.zeros(3)
         done, info = False, {}
         while not done:
             if t >= busy_until - 1e-9:  # the policy is free: it takes this observation
-                pending.append((t + latency, t, predictor(obs, generator)[0]))  # one observation: a batch of 1
+                committed = rtc.committed(previous, previous_stamp, t, period) if rtc else None
+                previous, previous_stamp = predictor(obs, generator, committed)[0], t  # one observation: a batch of 1
+                pending.append((t + latency, t, previous))
                 busy_until = t + latency
             velocities = np.zeros((env.ik_ticks, 3))
             for k in range(env.ik_ticks):
@@ -110,6 +116,7 @@ def evaluate_deployed(
         "mean_length": float(np.mean(lengths)),
         "deployment": {"max_speed": deployment.max_speed, "max_accel": deployment.max_accel,
                        "executor_rate_hz": deployment.executor_rate_hz, "blend_s": deployment.blend_s,
+                       "real_time_chunking": deployment.real_time_chunking,
                        "latency_ms": [round(x * 1e3) for x in deployment.latency_s]},  # fmt: skip
         "latency_ms_mean": round(float(np.mean(latencies)) * 1e3, 1),
         "switch_jump_mean": round(float(np.mean(jumps)), 4) if jumps else 0.0,

@@ -1,11 +1,13 @@
-"""The diffusion policy: multimodal encoder -> global condition -> DDIM-sampled 16x3 action chunk.
+"""The diffusion policy: multimodal encoder -> global condition -> a sampled 16x3 action chunk (DDIM, or the
+few-step actor's Euler steps).
 
 Roles are split as in Diffusion Policy / LeRobot: :class:`MultimodalEncoder` (observations),
-:class:`ConditionalUnet1D` (noise prediction), :class:`NoiseSchedule` (DDPM/DDIM maths and the chain
-likelihood, see its module docstring) and this wrapper, which owns the action normalizer and exposes:
+:class:`ConditionalUnet1D` (noise or velocity prediction), the objective's schedule — :class:`NoiseSchedule`
+(DDPM/DDIM maths and the chain likelihood, see its module docstring) or :class:`FlowSchedule` (rectified flow and
+the shortcut model, ``models/flow.py``) — and this wrapper, which owns the action normalizer and exposes:
 
-- ``bc_loss(obs, actions)``: the DDPM epsilon-prediction loss (behaviour cloning);
-- ``sample(cond, ...)``: DDIM sampling (one loop, :meth:`denoise`), optionally returning the whole chain;
+- ``bc_loss(obs, actions)``: the objective's loss (behaviour cloning);
+- ``sample(cond, ...)``: sampling (one loop, :meth:`denoise`), optionally returning the whole chain;
 - ``predict_chunk(obs)``: observation dict -> unnormalized chunk in m/s (inference mode);
 - the PPO head interface (:class:`~diffpolicy_ros.models.heads.PolicyHead`): ``explore`` (the fine-tuning
   sampler, whose record is the denoising chain), ``record_log_prob`` (the chain's step log-densities under the
@@ -20,17 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import ACTION_DIM, CHUNK_HORIZON
+from diffpolicy_ros.models.flow import FlowConfig, FlowSchedule
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
 from diffpolicy_ros.models.normalizer import RangeNormalizer
 from diffpolicy_ros.models.scheduler import (
-    DDIMCoefficients,
+    Committed,
     NoiseSchedule,
     NoiseScheduleConfig,
+    StepCoefficients,
     gaussian_log_density,
 )
 from diffpolicy_ros.models.unet1d import ConditionalUnet1D, UNetConfig
@@ -40,7 +43,10 @@ from diffpolicy_ros.models.unet1d import ConditionalUnet1D, UNetConfig
 class DiffusionPolicyConfig:
     horizon: int = CHUNK_HORIZON
     action_dim: int = ACTION_DIM
-    ddim_steps: int = 10
+    # 'ddpm': epsilon prediction, DDIM sampling (Diffusion Policy); 'flow': rectified flow, or with flow.shortcut
+    # a shortcut model, sampled in a few Euler steps (models/flow.py: the few-step actor)
+    objective: str = "ddpm"
+    ddim_steps: int = 10  # sampling steps: DDIM's, or a flow's Euler steps
     eta: float = 0.0  # deployment DDIM eta: 0 = classic deterministic DDIM (BC); after PPO the fine-tuning eta
     min_std: float = 0.1  # DPPO: floor of the per-step sampling / likelihood std while fine-tuning
     # Deployment adds each step's noise (std max(sigma_eta, min_std)). PPO sets it: the fine-tuned policy is
@@ -51,6 +57,7 @@ class DiffusionPolicyConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     unet: UNetConfig = field(default_factory=UNetConfig)
     schedule: NoiseScheduleConfig = field(default_factory=NoiseScheduleConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
 
     def __post_init__(self) -> None:
         """Settings the network cannot run with are errors here, naming the setting (LeRobot's practice)."""
@@ -60,7 +67,11 @@ class DiffusionPolicyConfig:
                 f"horizon {self.horizon} cannot be downsampled {levels} times by the U-Net "
                 f"(down_dims {list(self.unet.down_dims)}): use a multiple of {2**levels}"
             )
-        if not 1 <= self.ddim_steps <= self.schedule.num_train_timesteps:
+        if self.objective not in ("ddpm", "flow"):
+            raise ConfigError(f"objective must be 'ddpm' or 'flow', got {self.objective!r}")
+        if self.objective == "flow":
+            self.flow.check_steps(self.ddim_steps)
+        elif not 1 <= self.ddim_steps <= self.schedule.num_train_timesteps:
             raise ConfigError(f"ddim_steps must be in [1, {self.schedule.num_train_timesteps}], got {self.ddim_steps}")
         if not 1 <= self.finetune_steps:
             raise ConfigError(f"finetune_steps must be >= 1, got {self.finetune_steps}")
@@ -73,21 +84,20 @@ class DiffusionPolicy(nn.Module):
         super().__init__()
         self.config = cfg = config or DiffusionPolicyConfig()
         cfg.unet.action_dim = cfg.action_dim
+        cfg.unet.step_size_embedding = cfg.objective == "flow" and cfg.flow.shortcut
         self.encoder = MultimodalEncoder(cfg.fusion)
         self.unet = ConditionalUnet1D(cfg.fusion.dim, cfg.unet)
-        self.schedule = NoiseSchedule(cfg.schedule)
+        # the sampler's maths: one interface (training loss, per-step times and step_mean columns) for both
+        self.schedule = FlowSchedule(cfg.flow) if cfg.objective == "flow" else NoiseSchedule(cfg.schedule)
         self.action_norm = RangeNormalizer(cfg.action_dim)
 
     # ---------------------------------------------------------------- training
     def bc_loss(self, obs: dict, actions: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
-        """DDPM loss on normalized action chunks [B, H, A]."""
+        """The objective's loss (DDPM, or flow matching) on normalized action chunks [B, H, A]."""
         cond = self.encoder(obs) if cond is None else cond
-        x0 = self.action_norm.normalize(actions)
-        noise = torch.randn_like(x0)
-        t = torch.randint(0, self.schedule.num_train_timesteps, (x0.shape[0],), device=x0.device)
-        return F.mse_loss(self.unet(self.schedule.q_sample(x0, t, noise), t, cond), noise)
+        return self.schedule.training_loss(self.unet, self.action_norm.normalize(actions), cond)
 
-    # ---------------------------------------------------------------- sampling: one DDIM loop
+    # ------------------------------------------------------- sampling: one loop (DDIM, or a flow's Euler steps)
     def draw_noise(
         self, batch: int, ddim_steps: int, stochastic: bool, generator: torch.Generator | None, device
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -102,16 +112,17 @@ class DiffusionPolicy(nn.Module):
         self,
         x_t: torch.Tensor,
         films: list,
-        coefs: DDIMCoefficients,
+        coefs: StepCoefficients,
         stds: torch.Tensor,
         step_noise: torch.Tensor | None,
         return_chain: bool = False,
+        committed: Committed | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The DDIM loop (eager, and traced by ``ChunkPredictor``; the native kernel is its C++ twin):
+        """The sampling loop (eager, and traced by ``ChunkPredictor``; the native kernel is its C++ twin):
         x_T -> clipped normalized chunk, and the chain [x_T, ..., x_0] when asked. No host syncs inside."""
         x, chain = x_t, [x_t]
         for k in range(len(films)):
-            x = self.schedule.ddim_mean(x, self.unet.forward_with_film(x, films[k]), coefs, k)
+            x = self.schedule.step_mean(x, self.unet.forward_with_film(x, films[k]), coefs, k, committed)
             if step_noise is not None:
                 x = x + stds[k] * step_noise[k]
             if return_chain:
@@ -152,12 +163,17 @@ class DiffusionPolicy(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """The one sampling path of ``sample`` and ``explore``: (chunk, chain, the per-step noise drawn, the
         per-step stds)."""
-        coefs = self.schedule.ddim_coefficients(steps, eta)
+        coefs = self.schedule.step_coefficients(steps, eta)
         stds = coefs.stds(min_std)
         x_t, step_noise = self.draw_noise(cond.shape[0], steps, stochastic, generator, cond.device)
-        films = self.unet.film_for_steps(self.schedule.ddim_timesteps(steps), cond)
+        films = self.step_films(steps, cond)
         x, chain = self.denoise(x_t, films, coefs, stds, step_noise, return_chain)
         return x, chain, step_noise, stds
+
+    def step_films(self, steps: int, cond: torch.Tensor) -> list[list[torch.Tensor]]:
+        """Every sampling step's FiLM parameters: the step's time (and, for a shortcut model, its size)."""
+        sched = self.schedule
+        return self.unet.film_for_steps(sched.sampling_timesteps(steps), cond, sched.sampling_step_sizes(steps))
 
     @torch.inference_mode()
     def predict_chunk(
@@ -172,7 +188,7 @@ class DiffusionPolicy(nn.Module):
 
     # ---------------------------------------------------------------- the PPO head interface (models/heads.py)
     def finetuned_steps(self) -> list[int]:
-        """Indices (into the DDIM steps) of the last K' steps, the ones that carry the PPO likelihood."""
+        """Indices (into the sampling steps) of the last K' steps, the ones that carry the PPO likelihood."""
         steps = self.config.ddim_steps
         return list(range(steps - min(self.config.finetune_steps, steps), steps))
 
@@ -210,9 +226,11 @@ class DiffusionPolicy(nn.Module):
         only that step of each row, [B, 1, H] — one U-Net pass per row (PPO minibatches over (decision,
         denoising step) pairs). Maths in ``models/scheduler.py``."""
         cfg = self.config
-        coefs = self.schedule.ddim_coefficients(cfg.ddim_steps, cfg.eta)
+        coefs = self.schedule.step_coefficients(cfg.ddim_steps, cfg.eta)
         stds = coefs.stds(cfg.min_std).to(cond.device)
-        timesteps = torch.tensor(self.schedule.ddim_timesteps(cfg.ddim_steps), device=cond.device)
+        timesteps = torch.tensor(self.schedule.sampling_timesteps(cfg.ddim_steps), device=cond.device)
+        step_sizes = self.schedule.sampling_step_sizes(cfg.ddim_steps)
+        step_sizes = None if step_sizes is None else torch.tensor(step_sizes, device=cond.device)
         batch = cond.shape[0]
         rows = torch.arange(batch, device=cond.device)
         ks = torch.tensor(self.finetuned_steps(), device=cond.device)
@@ -222,7 +240,8 @@ class DiffusionPolicy(nn.Module):
         else:
             k = ks[steps]
         x_t = record[rows, k]
-        mean = self.schedule.ddim_mean(x_t, self.unet(x_t, timesteps[k], cond), coefs, k)
+        out = self.unet(x_t, timesteps[k], cond, None if step_sizes is None else step_sizes[k])
+        mean = self.schedule.step_mean(x_t, out, coefs, k)
         # fp32 under AMP
         terms = gaussian_log_density(record[rows, k + 1].float(), mean.float(), stds[k].view(-1, 1, 1)).sum(-1)
         return terms.view(-1, batch, cfg.horizon).transpose(0, 1)

@@ -34,6 +34,7 @@ from diffpolicy_ros.device import autocast_settings, device_type
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
 from diffpolicy_ros.models.native import native_kernel, unet_layout
 from diffpolicy_ros.models.obs import obs_to_torch
+from diffpolicy_ros.models.scheduler import Committed
 
 
 class _Conv1dAsMatmul(nn.Module):
@@ -80,16 +81,24 @@ class _TracedSampler(nn.Module):
         super().__init__()
         self.policy = policy
         self.steps = ddim_steps
-        self.timesteps = policy.schedule.ddim_timesteps(ddim_steps)
 
-    def forward(self, obs_tensors: dict[str, torch.Tensor], noise: torch.Tensor, step_noise: torch.Tensor):
+    def forward(
+        self,
+        obs_tensors: dict[str, torch.Tensor],
+        noise: torch.Tensor,
+        step_noise: torch.Tensor,
+        committed: torch.Tensor,
+        committed_weights: torch.Tensor,
+    ):
         """``noise`` [B, H, A] is x_T; ``step_noise`` [K, B, H, A] the per-step noise of a stochastic policy
-        (ignored, and zeros, for a deterministic one)."""
+        (ignored, and zeros, for a deterministic one); ``committed`` [B, H, A] (normalized) and its weights [H]
+        real-time chunking's target (zero weights: none)."""
         p, cfg = self.policy, self.policy.config
-        films = p.unet.film_for_steps(self.timesteps, p.encoder(obs_tensors))
-        coefs = p.schedule.ddim_coefficients(self.steps, cfg.eta)
+        films = p.step_films(self.steps, p.encoder(obs_tensors))
+        coefs = p.schedule.step_coefficients(self.steps, cfg.eta)
         stds = coefs.stds(cfg.min_std if cfg.stochastic else None)
-        x, _ = p.denoise(noise, films, coefs, stds, step_noise if cfg.stochastic else None)
+        target = Committed(committed, committed_weights)
+        x, _ = p.denoise(noise, films, coefs, stds, step_noise if cfg.stochastic else None, committed=target)
         return p.action_norm.unnormalize(x)
 
 
@@ -99,10 +108,10 @@ class _Conditioner(nn.Module):
     def __init__(self, policy: DiffusionPolicy, ddim_steps: int):
         super().__init__()
         self.policy = policy
-        self.timesteps = policy.schedule.ddim_timesteps(ddim_steps)
+        self.steps = ddim_steps
 
     def forward(self, obs_tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-        films = self.policy.unet.film_for_steps(self.timesteps, self.policy.encoder(obs_tensors))
+        films = self.policy.step_films(self.steps, self.policy.encoder(obs_tensors))
         return torch.stack([torch.cat(step, dim=1) for step in films])
 
 
@@ -114,17 +123,19 @@ class _NativeLoop:
         self.kernel = kernel
         self.layout = unet_layout(policy.unet)
         self.dims = [cfg.action_dim, *cfg.unet.down_dims]
-        coefs = policy.schedule.ddim_coefficients(ddim_steps, cfg.eta)
+        coefs = policy.schedule.step_coefficients(ddim_steps, cfg.eta)
         self.coefs = coefs.packed()
         self.stds = coefs.stds(cfg.min_std if cfg.stochastic else None).float().contiguous()
         self.stochastic = cfg.stochastic
         self.clip_sample = policy.schedule.config.clip_sample
 
-    def __call__(self, films: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, films: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor, committed: Committed
+    ) -> torch.Tensor:
         lay = self.layout
         return self.kernel.unet_ddim(
-            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), lay.weights,
-            self.dims, lay.convs, lay.norms, self.clip_sample, self.stochastic,
+            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), committed.actions,
+            committed.weights, lay.weights, self.dims, lay.convs, lay.norms, self.clip_sample, self.stochastic,
         )  # fmt: skip
 
 
@@ -166,31 +177,58 @@ class ChunkPredictor:
         self._autocast = autocast_settings(device)
         self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self._native = _NativeLoop(native_kernel(), self.policy, self.ddim_steps) if backend == "native" else None
-        self._eager = self._eager_denoising if denoises else lambda batch, generator: self.policy.predict_chunk(batch)
+        self._eager = self._eager_denoising if denoises else self._eager_one_shot
         self.matmul_conv_min_fan_in = 640  # traced backend: C_in * K from which a conv runs faster as a GEMM
 
     # ------------------------------------------------------------------------------------------
-    def __call__(self, obs: dict, generator: torch.Generator | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        obs: dict,
+        generator: torch.Generator | None = None,
+        committed: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """``committed`` (real-time chunking, ``models/realtime_chunking.py``): actions in m/s [H, A] (or
+        [B, H, A]) that the chunk should continue, and each chunk step's weight [H] in [0, 1]."""
         batch = obs_to_torch(obs, self.device)
         with torch.inference_mode():
+            inputs = self._sampler_inputs(batch, generator, committed)
             if self.backend == "eager":
                 with torch.autocast(**self._autocast.kwargs()):
-                    out = self._eager(batch, generator)
+                    out = self._eager(batch, *inputs)
             elif self.backend == "native":
-                out = self._native_call(batch, *self._noise(batch, generator))
+                out = self._native_call(batch, *inputs)
             else:
-                out = self._traced_call(batch, *self._noise(batch, generator))
+                out = self._traced_call(batch, *inputs)
         return out.float().cpu().numpy()
 
-    def _noise(self, batch: dict, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x_T, and the per-step noise of a stochastic policy (zeros otherwise), drawn on the host in the
-        policy's own order (:meth:`DiffusionPolicy.draw_noise`): the same generator state gives the chunk
-        ``DiffusionPolicy.sample`` gives."""
+    def _sampler_inputs(
+        self, batch: dict, generator: torch.Generator | None, committed: tuple[np.ndarray, np.ndarray] | None
+    ) -> tuple[torch.Tensor, ...]:
+        """x_T, the per-step noise of a stochastic policy (zeros otherwise), drawn on the host in the policy's own
+        order (:meth:`DiffusionPolicy.draw_noise`: the same generator state gives the chunk
+        ``DiffusionPolicy.sample`` gives), and the committed actions, normalized, and their weights (zeros: none)."""
         cfg = self.policy.config
         n = batch["proprio"].shape[0]
-        x_t, steps = self.policy.draw_noise(n, self.ddim_steps, cfg.stochastic, generator, "cpu")
-        steps = torch.zeros((self.ddim_steps, *x_t.shape)) if steps is None else steps
-        return x_t.to(self.device), steps.to(self.device)
+        shape = (n, cfg.horizon, cfg.action_dim)
+        if isinstance(self.policy, DiffusionPolicy):
+            x_t, steps = self.policy.draw_noise(n, self.ddim_steps, cfg.stochastic, generator, "cpu")
+            steps = torch.zeros((self.ddim_steps, *shape)) if steps is None else steps
+        else:
+            x_t, steps = torch.zeros(shape), torch.zeros((1, *shape))  # a one-shot head draws its own
+        if committed is None:
+            actions, weights = torch.zeros(shape), torch.zeros(cfg.horizon)
+        else:
+            actions = torch.as_tensor(np.asarray(committed[0], np.float32)).expand(shape)
+            actions = self.policy.action_norm.normalize(actions.to(self.device)).clamp(-1.0, 1.0)
+            weights = torch.as_tensor(np.asarray(committed[1], np.float32))
+            if weights.shape != (cfg.horizon,) or not torch.all((weights >= 0) & (weights <= 1)):
+                raise ValueError(f"committed weights must be [{cfg.horizon}] in [0, 1], got {tuple(weights.shape)}")
+        return tuple(t.to(self.device).contiguous() for t in (x_t, steps, actions, weights))
+
+    def _eager_one_shot(self, batch: dict, x_t, steps, actions: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """A head without a denoising loop (Gaussian): its own sample, pulled towards the committed actions."""
+        chunk = self.policy.action_norm.normalize(self.policy.predict_chunk(batch))
+        return self.policy.action_norm.unnormalize(chunk + weights.view(1, -1, 1) * (actions - chunk))
 
     def _tensors(self, batch: dict) -> dict[str, torch.Tensor]:
         """Observation tensors with the instruction encoded as tensors: the same graph serves every instruction."""
@@ -199,9 +237,9 @@ class ChunkPredictor:
             tensors.update(self.policy.encoder.text.inputs(batch["instruction"], self.device))
         return tensors
 
-    def _eager_denoising(self, batch: dict, generator: torch.Generator | None) -> torch.Tensor:
+    def _eager_denoising(self, batch: dict, *inputs: torch.Tensor) -> torch.Tensor:
         """The reference: the same sampler module the traced backend compiles, run step by step."""
-        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), *self._noise(batch, generator))
+        return _TracedSampler(self.policy, self.ddim_steps)(self._tensors(batch), *inputs)
 
     def _graph(self, batch_size: int, tensors: dict, build) -> torch.jit.ScriptModule:
         key = (batch_size, tuple(sorted(tensors)))  # a graph bakes in the batch size
@@ -209,21 +247,23 @@ class ChunkPredictor:
             self._graphs[key] = build()
         return self._graphs[key]
 
-    def _traced_call(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def _traced_call(self, batch: dict, *inputs: torch.Tensor) -> torch.Tensor:
         tensors = self._tensors(batch)
 
         def build() -> torch.jit.ScriptModule:
             policy = _with_matmul_convs(self.policy, self.matmul_conv_min_fan_in)
-            return _trace(_TracedSampler(policy, self.ddim_steps), (tensors, noise, step_noise))
+            return _trace(_TracedSampler(policy, self.ddim_steps), (tensors, *inputs))
 
-        return self._graph(noise.shape[0], tensors, build)(tensors, noise, step_noise)
+        return self._graph(inputs[0].shape[0], tensors, build)(tensors, *inputs)
 
-    def _native_call(self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def _native_call(
+        self, batch: dict, noise: torch.Tensor, step_noise: torch.Tensor, actions: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         tensors = self._tensors(batch)
         conditioner = self._graph(
             noise.shape[0], tensors, lambda: _trace(_Conditioner(self.policy, self.ddim_steps), (tensors,))
         )
-        x = self._native(conditioner(tensors), noise, step_noise)
+        x = self._native(conditioner(tensors), noise, step_noise, Committed(actions, weights))
         return self.policy.action_norm.unnormalize(x.clamp(-1.0, 1.0))
 
     def encode_call(self, obs: dict) -> None:
@@ -251,5 +291,5 @@ class ChunkPredictor:
         fast = self(obs, torch.Generator().manual_seed(seed))
         batch = obs_to_torch(obs, self.device)
         with torch.inference_mode():
-            ref = self._eager(batch, torch.Generator().manual_seed(seed))
+            ref = self._eager(batch, *self._sampler_inputs(batch, torch.Generator().manual_seed(seed), None))
         return float(np.abs(fast - ref.float().cpu().numpy()).max())

@@ -73,17 +73,17 @@ class NoiseSchedule(nn.Module):
         ab = self.alphas_cumprod[t].view(-1, *([1] * (x0.dim() - 1)))
         return ab.sqrt() * x0 + (1 - ab).sqrt() * noise
 
-    def ddim_timesteps(self, num_inference_steps: int) -> list[int]:
+    def sampling_timesteps(self, num_inference_steps: int) -> list[int]:
         """Descending timesteps, "leading" spacing (diffusers' default for DDIM)."""
         if not 1 <= num_inference_steps <= self.num_train_timesteps:
             raise ConfigError(f"num_inference_steps must be in [1, {self.num_train_timesteps}]")
         ratio = self.num_train_timesteps // num_inference_steps
         return [i * ratio for i in reversed(range(num_inference_steps))]
 
-    def ddim_coefficients(self, num_inference_steps: int, eta: float) -> DDIMCoefficients:
+    def step_coefficients(self, num_inference_steps: int, eta: float) -> StepCoefficients:
         """Per-step constants (each [K]), computed once per (K, eta) so the denoising loop does no schedule
         arithmetic."""
-        ts = self.ddim_timesteps(num_inference_steps)
+        ts = self.sampling_timesteps(num_inference_steps)
         ratio = self.num_train_timesteps // num_inference_steps
         ab = self.alphas_cumprod
         one = torch.ones((), dtype=ab.dtype, device=ab.device)
@@ -95,26 +95,69 @@ class NoiseSchedule(nn.Module):
             sigma = eta * var.clamp(min=0).sqrt()
             direction = (1 - ab_prev - sigma**2).clamp(min=0).sqrt()
             rows.append(torch.stack([ab_t.sqrt(), (1 - ab_t).sqrt(), ab_prev.sqrt(), direction, sigma]))
-        return DDIMCoefficients(*torch.stack(rows).unbind(1))
+        return StepCoefficients(*torch.stack(rows).unbind(1))
 
-    def ddim_mean(
-        self, x_t: torch.Tensor, eps: torch.Tensor, coefs: DDIMCoefficients, k: int | torch.Tensor
+    def step_mean(
+        self,
+        x_t: torch.Tensor,
+        eps: torch.Tensor,
+        coefs: StepCoefficients,
+        k: int | torch.Tensor,
+        committed: Committed | None = None,
     ) -> torch.Tensor:
-        """Mean of x_{t'} given x_t and the predicted noise at DDIM step ``k`` (an int, or one step per row of
-        a [B, H, A] batch as a [B] index tensor)."""
+        return step_mean(x_t, eps, coefs, k, self.config.clip_sample, committed)
 
-        def c(values: torch.Tensor) -> torch.Tensor:
-            return values[k] if isinstance(k, int) else values[k].view(-1, 1, 1)
+    def training_loss(self, unet: nn.Module, x0: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """The DDPM epsilon-prediction loss on normalized chunks x0 [B, H, A]."""
+        noise = torch.randn_like(x0)
+        t = torch.randint(0, self.num_train_timesteps, (x0.shape[0],), device=x0.device)
+        return torch.nn.functional.mse_loss(unet(self.q_sample(x0, t, noise), t, cond), noise)
 
-        x0 = (x_t - c(coefs.sqrt_one_minus_alpha_bar) * eps) / c(coefs.sqrt_alpha_bar)
-        if self.config.clip_sample:
-            x0 = x0.clamp(-1.0, 1.0)
-        return c(coefs.sqrt_alpha_bar_prev) * x0 + c(coefs.direction) * eps
+    def sampling_step_sizes(self, num_inference_steps: int) -> None:
+        """A DDPM-trained net is not conditioned on the step size (a shortcut model is: ``models/flow.py``)."""
+        return None
 
 
-class DDIMCoefficients(NamedTuple):
-    """The DDIM step constants, each [K] (step k goes from timestep t to the previous one t'):
-    sqrt(ab_t), sqrt(1 - ab_t), sqrt(ab_t'), the coefficient of eps in the mean, and sigma (eta's noise)."""
+class Committed(NamedTuple):
+    """Real-time chunking's inpainting target (``models/realtime_chunking.py``): the actions already committed to,
+    normalized [B, H, A], and how strongly each chunk step is pinned to them, [H] in [0, 1]."""
+
+    actions: torch.Tensor
+    weights: torch.Tensor
+
+
+def step_mean(
+    x_t: torch.Tensor,
+    out: torch.Tensor,
+    coefs: StepCoefficients,
+    k: int | torch.Tensor,
+    clip_sample: bool,
+    committed: Committed | None = None,
+) -> torch.Tensor:
+    """Mean of the next sample given x_t and the net's output at step ``k`` (an int, or one step per row of a
+    [B, H, A] batch as a [B] index tensor): x0_hat = clip((x_t - a out) / b), mean = c x0_hat + d out. DDIM and
+    a flow's Euler step (``models/flow.py``) are both this update with their own columns.
+
+    ``committed`` (real-time chunking, inference only): x0_hat moves towards the committed actions by each chunk
+    step's weight before the update — RePaint-style replacement of the known part, at every step, so the rest of
+    the chunk is sampled to continue it."""
+
+    def c(values: torch.Tensor) -> torch.Tensor:
+        return values[k] if isinstance(k, int) else values[k].view(-1, 1, 1)
+
+    x0 = (x_t - c(coefs.sqrt_one_minus_alpha_bar) * out) / c(coefs.sqrt_alpha_bar)
+    if clip_sample:
+        x0 = x0.clamp(-1.0, 1.0)
+    if committed is not None:
+        x0 = x0 + committed.weights.view(1, -1, 1) * (committed.actions - x0)
+    return c(coefs.sqrt_alpha_bar_prev) * x0 + c(coefs.direction) * out
+
+
+class StepCoefficients(NamedTuple):
+    """One sampler step's constants, each [K] (step k goes from timestep t to the next one t'), the columns of
+    :func:`step_mean`. DDIM: sqrt(ab_t), sqrt(1 - ab_t), sqrt(ab_t'), the coefficient of eps in the mean, and
+    sigma (eta's noise). A flow's Euler step from time tau to tau' (``models/flow.py``): 1, tau, 1, tau', 0.
+    The names are DDIM's because the native kernel reads the columns by them."""
 
     sqrt_alpha_bar: torch.Tensor
     sqrt_one_minus_alpha_bar: torch.Tensor

@@ -29,6 +29,7 @@ class UNetConfig:
     kernel_size: int = 5
     n_groups: int = 8
     timestep_embed_dim: int = 128
+    step_size_embedding: bool = False  # set by the policy for a shortcut model (``models/flow.py``)
 
 
 class SinusoidalPosEmb(nn.Module):
@@ -72,6 +73,12 @@ class ConditionalUnet1D(nn.Module):
         self.time_mlp = nn.Sequential(
             SinusoidalPosEmb(tdim), nn.Linear(tdim, 4 * tdim), nn.Mish(), nn.Linear(4 * tdim, tdim)
         )
+        # a shortcut model's step size, embedded like the time and added to it (Frans et al. 2024)
+        self.step_mlp = (
+            nn.Sequential(SinusoidalPosEmb(tdim), nn.Linear(tdim, 4 * tdim), nn.Mish(), nn.Linear(4 * tdim, tdim))
+            if cfg.step_size_embedding
+            else None
+        )
         cond_dim = tdim + global_cond_dim
         dims = [cfg.action_dim, *cfg.down_dims]
         k, g = cfg.kernel_size, cfg.n_groups
@@ -94,18 +101,29 @@ class ConditionalUnet1D(nn.Module):
         self.blocks = [m for m in self.modules() if isinstance(m, FiLMResBlock)]  # FiLM order = call order
 
     # -- conditioning -------------------------------------------------------------------------------
-    def film_params(self, timesteps: torch.Tensor, global_cond: torch.Tensor) -> list[torch.Tensor]:
-        """Per-block FiLM parameters for a batch of timesteps [B] and conditioning [B, D]."""
+    def film_params(
+        self, timesteps: torch.Tensor, global_cond: torch.Tensor, step_sizes: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """Per-block FiLM parameters for a batch of timesteps [B] and conditioning [B, D] (and, for a net with a
+        step-size embedding, step sizes [B])."""
+        if (step_sizes is None) != (self.step_mlp is None):
+            raise ValueError("step sizes are given exactly to a net with a step-size embedding (a shortcut model)")
         with torch.autocast(global_cond.device.type, enabled=False):  # timestep embedding stays fp32 under AMP
             temb = self.time_mlp(timesteps)
+            if self.step_mlp is not None:
+                temb = temb + self.step_mlp(step_sizes)
         cond = F.mish(torch.cat([temb, global_cond.to(temb.dtype)], dim=-1))
         return [b.film(cond) for b in self.blocks]
 
-    def film_for_steps(self, timesteps: list[int], global_cond: torch.Tensor) -> list[list[torch.Tensor]]:
+    def film_for_steps(
+        self, timesteps: list[float], global_cond: torch.Tensor, step_sizes: list[float] | None = None
+    ) -> list[list[torch.Tensor]]:
         """FiLM parameters for every step of a fixed timestep schedule, computed in one batched pass."""
         batch, steps = global_cond.shape[0], len(timesteps)
-        t = torch.tensor(timesteps, device=global_cond.device).repeat_interleave(batch)
-        films = self.film_params(t, global_cond.repeat(steps, 1))
+        device = global_cond.device
+        t = torch.tensor(timesteps, device=device).repeat_interleave(batch)
+        d = None if step_sizes is None else torch.tensor(step_sizes, device=device).repeat_interleave(batch)
+        films = self.film_params(t, global_cond.repeat(steps, 1), d)
         return [[f[k * batch : (k + 1) * batch] for f in films] for k in range(steps)]
 
     # -- network ------------------------------------------------------------------------------------
@@ -125,7 +143,13 @@ class ConditionalUnet1D(nn.Module):
             h = up(res2(res1(h, next(it)), next(it)))
         return self.final(h).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, timesteps: torch.Tensor, global_cond: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        global_cond: torch.Tensor,
+        step_sizes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if timesteps.dim() == 0:
             timesteps = timesteps.expand(x.shape[0])
-        return self.forward_with_film(x, self.film_params(timesteps, global_cond))
+        return self.forward_with_film(x, self.film_params(timesteps, global_cond, step_sizes))

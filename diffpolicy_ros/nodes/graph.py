@@ -72,6 +72,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "dry_run": "true",  # the first run of a new cell: nothing moves, ~/would_send shows what would
         "executor_rate_hz": "30.0",
         "blend_s": "0.0",  # the executor's cross-fade from the old chunk to a new one (0: switch at once)
+        "real_time_chunking": "false",  # the policy samples each chunk to continue the one the arm plays
         "instruction": C.DEFAULT_INSTRUCTION,
         "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
         "task": "push",  # hil: the simulated cell
@@ -135,6 +136,7 @@ KINDS: dict[str, A.Kind] = {
     "real_time_factor": A.POSITIVE,
     "executor_rate_hz": A.POSITIVE,
     "blend_s": A.number(0, 1),
+    "real_time_chunking": A.flag,
     "iters": A.optional(A.integer(1)),
     "eval_every": A.optional(A.integer(1)),
     "first_checkpoint_iter": A.integer(0),
@@ -317,6 +319,7 @@ def real_arm(a: dict) -> list[NodeSpec]:
     if a["extra_latency_ms"] and not a["hil"]:
         raise ArgumentError("argument extra_latency_ms: only with hil:=true (a test of the latency a policy tolerates)")
     policy.parameters["extra_latency_s"] = a["extra_latency_ms"] / 1e3
+    policy.parameters["real_time_chunking"] = a["real_time_chunking"]
     policy.parameters.update(min_success=a["min_success"], allow_unproven=a["allow_unproven"])  # the deploy gate
     box = {k: a[k] for k in ("box_low", "box_high") if a[k] is not None}
     if len(box) == 2 and not all(lo < hi for lo, hi in zip(box["box_low"], box["box_high"])):

@@ -50,6 +50,7 @@ from diffpolicy_ros.models.checkpoint import (
 )
 from diffpolicy_ros.models.inference import ChunkPredictor, uses_native_kernel
 from diffpolicy_ros.models.native import native_kernel
+from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     LATCHED_QOS,
@@ -86,6 +87,11 @@ class PolicyNode(Node):
         self.min_success = number(self, "min_success", 0.0, 0.0, 1.0,
                                   description="load only checkpoints with a held-out success >= this (0: no gate)")
         self.allow_unproven = flag(self, "allow_unproven", False, "lift the deploy gate (said loudly)")
+        # real-time chunking: each chunk continues the one the arm plays (models/realtime_chunking.py); what is
+        # frozen is what plays until a chunk is out, measured here as the observation -> publish delay
+        self.rtc = RealTimeChunking() if flag(self, "real_time_chunking", False, "continue the playing chunk") else None
+        self.last_chunk: tuple[np.ndarray, float] | None = None  # the last chunk published, and its stamp
+        self.publish_delays: deque[float] = deque(maxlen=20)
         if self.allow_unproven and self.min_success > 0:
             self.get_logger().warn(
                 f"allow_unproven:=true — the deploy gate (min_success {self.min_success:g}) is OFF: a checkpoint "
@@ -258,7 +264,11 @@ class PolicyNode(Node):
     def infer(self, predictor: ChunkPredictor, obs: dict, stamp: float) -> None:
         try:
             start = time.perf_counter()
-            chunk = predictor(obs)[0]
+            committed = None
+            if self.rtc is not None and self.last_chunk is not None:
+                self.rtc.frozen_s = max(self.publish_delays, default=self.dt)
+                committed = self.rtc.committed(*self.last_chunk, stamp, self.dt)
+            chunk = predictor(obs, committed=committed)[0]
             if self.extra_latency:
                 time.sleep(self.extra_latency)
             self.latencies.append((time.perf_counter() - start) * 1e3)
@@ -269,6 +279,8 @@ class PolicyNode(Node):
                 return
             self.pub.publish(chunk_to_trajectory(chunk, sec_to_stamp(stamp), self.dt, self.frame_id))
             self.stats["chunks"] += 1
+            self.last_chunk = (chunk, stamp)
+            self.publish_delays.append(self.get_clock().now().nanoseconds * 1e-9 - stamp)
             if self.ee_position is not None:
                 self.pub_markers.publish(
                     chunk_path_markers(

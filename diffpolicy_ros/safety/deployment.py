@@ -23,6 +23,7 @@ class Deployment:
     box_low: tuple[float, float, float] | None = None
     box_high: tuple[float, float, float] | None = None
     blend_s: float = 0.0  # the executor's cross-fade at a chunk switch (safety/chunk_player.py)
+    real_time_chunking: bool = False  # the policy continues the chunk that plays (models/realtime_chunking.py)
 
     @classmethod
     def from_arguments(cls, values: dict[str, Any]) -> Deployment:
@@ -36,6 +37,7 @@ class Deployment:
             box_low=tuple(values["box_low"]) if values.get("box_low") else None,
             box_high=tuple(values["box_high"]) if values.get("box_high") else None,
             blend_s=values["blend_s"],
+            real_time_chunking=values["real_time_chunking"],
         )
 
     def expert_limits(self) -> dict[str, float]:

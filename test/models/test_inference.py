@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
+from diffpolicy_ros.models.flow import FlowConfig
 from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.gaussian_policy import GaussianPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
@@ -102,6 +103,8 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
             loop.coefs,
             loop.stds,
             torch.zeros(0),
+            torch.zeros(1, 16, 3),
+            torch.zeros(16),
             weights,
             loop.dims,
             convs,
@@ -124,9 +127,9 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
 def test_native_kernel_reads_the_coefficients_by_the_python_names():
     from diffpolicy_ros.models.native import native_kernel
-    from diffpolicy_ros.models.scheduler import DDIMCoefficients
+    from diffpolicy_ros.models.scheduler import StepCoefficients
 
-    assert list(native_kernel().coef_names()) == list(DDIMCoefficients._fields)
+    assert list(native_kernel().coef_names()) == list(StepCoefficients._fields)
 
 
 @pytest.mark.quick
@@ -163,6 +166,32 @@ def test_deployed_predictor_is_the_training_sampler_on_the_same_noise(image_obs,
         np.testing.assert_allclose(out, reference.numpy(), atol=1e-5, err_msg=backend)
         if stochastic:  # and the noise matters
             assert not np.allclose(out, predictor(batch, torch.Generator().manual_seed(6)), atol=1e-3)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("stochastic", [False, True], ids=["bc_deterministic", "ppo_stochastic"])
+@pytest.mark.parametrize(
+    ("shortcut", "steps"), [(True, 1), (True, 4), (False, 2)], ids=["shortcut_1", "shortcut_4", "flow_2"]
+)
+def test_few_step_actor_runs_the_one_sampler_in_every_backend(image_obs, shortcut, steps, stochastic):
+    """The few-step actor (config/policy/few_step.yaml) is sampled by the same loop as DDIM — eager, traced and
+    native — on the default multimodal observation: equal chunks on the same noise, and the training sampler's."""
+    cfg = DiffusionPolicyConfig(
+        objective="flow", ddim_steps=steps, flow=FlowConfig(shortcut=shortcut), stochastic=stochastic
+    )
+    torch.manual_seed(0)
+    policy = DiffusionPolicy(cfg).eval()
+    assert (policy.unet.step_mlp is not None) == shortcut
+    for param in policy.unet.parameters():
+        param.data.add_(0.05 * torch.randn_like(param))
+    policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.1], [0.25, 0.25, 0.1]]))
+    with torch.inference_mode():
+        reference = policy.predict_chunk(obs_to_torch(image_obs, "cpu"), generator=torch.Generator().manual_seed(5))
+    for backend in ["eager", "traced"] + (["native"] if HAS_COMPILER else []):
+        predictor = ChunkPredictor(policy, "cpu", backend=backend)
+        np.testing.assert_allclose(
+            predictor(image_obs, torch.Generator().manual_seed(5)), reference.numpy(), atol=1e-5, err_msg=backend
+        )
 
 
 @pytest.mark.quick

@@ -46,15 +46,15 @@ def test_schedule_matches_diffusers_cosine():
 def test_ddim_step_matches_diffusers(steps, eta):
     ours = NoiseSchedule(NoiseScheduleConfig(num_train_timesteps=100))
     ref = reference_ddim(steps, eta)
-    assert ours.ddim_timesteps(steps) == ref.timesteps.tolist()
-    coefs = ours.ddim_coefficients(steps, eta)
+    assert ours.sampling_timesteps(steps) == ref.timesteps.tolist()
+    coefs = ours.step_coefficients(steps, eta)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, 16, 3, generator=gen)
     for k, t in enumerate(ref.timesteps):
         eps = torch.randn(3, 16, 3, generator=gen)
         z = torch.randn(3, 16, 3, generator=gen)
         expected = ref.step(eps, t, x, eta=eta, variance_noise=z).prev_sample
-        mine = ours.ddim_mean(x, eps, coefs, k) + coefs.sigma[k] * z
+        mine = ours.step_mean(x, eps, coefs, k) + coefs.sigma[k] * z
         torch.testing.assert_close(mine, expected, rtol=1e-4, atol=1e-5)
         x = expected
 
@@ -89,11 +89,11 @@ def test_record_log_prob_equals_direct_normal_and_reaches_the_unet():
     logp = terms.sum((1, 2))
 
     sched, unet = policy.schedule, policy.unet
-    coefs = sched.ddim_coefficients(steps, eta)
+    coefs = sched.step_coefficients(steps, eta)
     expected = torch.zeros(5)
     for k in range(steps - last_k, steps):
-        t = torch.full((5,), sched.ddim_timesteps(steps)[k])
-        mean = sched.ddim_mean(chain[:, k], unet(chain[:, k], t, cond), coefs, k)
+        t = torch.full((5,), sched.sampling_timesteps(steps)[k])
+        mean = sched.step_mean(chain[:, k], unet(chain[:, k], t, cond), coefs, k)
         std = coefs.sigma[k].clamp(min=min_std)
         expected += Normal(mean, std).log_prob(chain[:, k + 1]).sum(dim=(1, 2))
     torch.testing.assert_close(logp, expected, rtol=1e-4, atol=1e-3)

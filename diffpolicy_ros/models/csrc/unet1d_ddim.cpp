@@ -25,7 +25,7 @@ struct Conv {
   bool transpose;  // ConvTranspose1d
 };
 
-// Columns of the packed DDIM coefficients: NoiseSchedule.ddim_coefficients -> DDIMCoefficients.packed(), whose
+// Columns of the packed DDIM coefficients: NoiseSchedule.step_coefficients -> StepCoefficients.packed(), whose
 // field order coef_names() returns (a test compares them).
 enum Coef { kSqrtAlphaBar, kSqrtOneMinusAlphaBar, kSqrtAlphaBarPrev, kDirection, kSigma, kNumCoefs };
 
@@ -237,11 +237,12 @@ Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dim
 }  // namespace
 
 // x: x_T [B, H, A]; films: [K, B, F] (every block's FiLM scale/shift for each step); coefs: [K, kNumCoefs]
-// (DDIMCoefficients.packed()); stds: [K]; step_noise: [K, B, H, A] (used when stochastic); weights, convs, norms:
-// native.unet_layout().
-Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_noise, std::vector<Tensor> weights,
-                 std::vector<int64_t> dims, std::vector<int64_t> convs, std::vector<int64_t> norms, bool clip_sample,
-                 bool stochastic) {
+// (StepCoefficients.packed()); stds: [K]; step_noise: [K, B, H, A] (used when stochastic); committed: [B, H, A]
+// and committed_weights: [H] (real-time chunking: x0_hat pulled towards the committed actions, scheduler.Committed;
+// all-zero weights: none); weights, convs, norms: native.unet_layout().
+Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_noise, Tensor committed,
+                 Tensor committed_weights, std::vector<Tensor> weights, std::vector<int64_t> dims,
+                 std::vector<int64_t> convs, std::vector<int64_t> norms, bool clip_sample, bool stochastic) {
   TORCH_CHECK(x.dim() == 3 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
               "unet_ddim: x must be [B, H, A] float32 on the CPU");
   at::NoGradGuard no_grad;
@@ -254,6 +255,9 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
   TORCH_CHECK(!stochastic || (step_noise.dim() == 4 && step_noise.size(0) == K && step_noise.size(1) == B &&
                               step_noise.size(2) == H && step_noise.size(3) == A),
               "unet_ddim: step_noise must be [K, B, H, A]");
+  TORCH_CHECK(committed.dim() == 3 && committed.size(0) == B && committed.size(1) == H && committed.size(2) == A &&
+                  committed_weights.numel() == H,
+              "unet_ddim: committed must be [B, H, A] and committed_weights [H]");
   const Net net = read_net(weights, dims, convs, norms);
   TORCH_CHECK(net.film_size == F, "unet_ddim: films carry ", F, " values per sample, the net needs ", net.film_size);
   const Conv& first = net.down.at(0).at(0).c1;
@@ -263,6 +267,12 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
   coefs = coefs.to(at::kFloat).contiguous();
   stds = stds.to(at::kFloat).contiguous();
   step_noise = step_noise.to(at::kFloat).contiguous();
+  committed = committed.to(at::kFloat).contiguous();
+  committed_weights = committed_weights.to(at::kFloat).contiguous();
+  const float* cw = committed_weights.data_ptr<float>();
+  const float* ca = committed.data_ptr<float>();
+  bool inpaint = false;
+  for (int64_t h = 0; h < H; ++h) inpaint |= cw[h] != 0.f;
   Tensor cur = x.reshape({B * H, A}).clone();
   const int64_t n = cur.numel();
   for (int64_t k = 0; k < K; ++k) {
@@ -273,9 +283,10 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
     const float* z = stochastic ? step_noise.data_ptr<float>() + k * n : nullptr;
     const float std_k = stds.data_ptr<float>()[k];
     float* xs = cur.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) {  // NoiseSchedule.ddim_mean, then the step's noise
+    for (int64_t i = 0; i < n; ++i) {  // scheduler.step_mean, then the step's noise
       float x0 = (xs[i] - c[kSqrtOneMinusAlphaBar] * e[i]) / c[kSqrtAlphaBar];
       if (clip_sample) x0 = x0 > 1.f ? 1.f : (x0 < -1.f ? -1.f : x0);  // like torch.clamp, NaN stays NaN
+      if (inpaint) x0 += cw[(i / A) % H] * (ca[i] - x0);  // rows are (b, h), A values each
       float v = c[kSqrtAlphaBarPrev] * x0 + c[kDirection] * e[i];
       if (z) v += std_k * z[i];
       xs[i] = v;

@@ -1,0 +1,78 @@
+"""Real-time chunking: which actions are committed, and every backend's sampler continuing them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
+from diffpolicy_ros.models.flow import FlowConfig
+from diffpolicy_ros.models.fusion import FusionConfig
+from diffpolicy_ros.models.inference import ChunkPredictor
+from diffpolicy_ros.models.native import has_cxx_compiler
+from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
+from diffpolicy_ros.sim import make_env
+
+DT = 0.1
+
+
+@pytest.mark.quick
+@settings(max_examples=80, deadline=None)
+@given(offset=st.integers(0, 20), frozen_s=st.floats(0.0, 0.5), blend=st.integers(0, 6))
+def test_committed_actions_are_the_playing_chunk_at_the_same_times(offset, frozen_s, blend):
+    previous = np.random.default_rng(offset).normal(size=(16, 3)).astype(np.float32)
+    actions, weights = RealTimeChunking(frozen_s, blend).committed(previous, 1.0, 1.0 + offset * DT, DT)
+    frozen = max(1, int(np.ceil(frozen_s / DT - 1e-9)))
+    for j in range(16):
+        if j + offset < 16:  # step j of the new chunk runs when step j + offset of the old one would
+            np.testing.assert_array_equal(actions[j], previous[j + offset])
+            assert weights[j] == (1.0 if j < frozen else pytest.approx(max(0.0, 1 - (j - frozen + 1) / (blend + 1))))
+        else:  # the old chunk has ended there: nothing to continue
+            assert weights[j] == 0.0
+    assert np.all(np.diff(weights[: max(0, 16 - offset)]) <= 0)  # never pinned harder later
+    assert RealTimeChunking().committed(None, 0.0, 1.0, DT) is None
+
+
+@pytest.fixture(scope="module")
+def state_obs():
+    env = make_env("push", obs_mode="state")
+    obs, _ = env.reset(seed=0)
+    env.close()
+    return obs
+
+
+BACKENDS = ["eager", "traced"] + (["native"] if has_cxx_compiler() else [])
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("objective", ["ddpm", "flow"], ids=["ddim10", "shortcut_1"])
+def test_every_backend_samples_a_chunk_that_continues_the_committed_actions(state_obs, objective):
+    """Weight 1: the chunk takes the committed action exactly; weight 0 everywhere: the plain sampler. The eager,
+    traced and native samplers agree on the same noise."""
+    steps = 10 if objective == "ddpm" else 1
+    torch.manual_seed(0)
+    policy = DiffusionPolicy(
+        DiffusionPolicyConfig(objective=objective, ddim_steps=steps, flow=FlowConfig(shortcut=True),
+                              fusion=FusionConfig(use_images=False))  # fmt: skip
+    ).eval()
+    for param in policy.unet.parameters():
+        param.data.add_(0.05 * torch.randn_like(param))
+    policy.action_norm.fit(torch.tensor([[-0.25, -0.25, -0.1], [0.25, 0.25, 0.1]]))
+    previous = np.random.default_rng(1).uniform(-0.2, 0.2, size=(16, 3)).astype(np.float32) * [1, 1, 0.4]
+    committed = RealTimeChunking(frozen_s=0.2, blend_steps=3).committed(previous, 0.0, DT, DT)
+    chunks = {}
+    for backend in BACKENDS:
+        predictor = ChunkPredictor(policy, "cpu", backend=backend)
+        chunks[backend] = predictor(state_obs, torch.Generator().manual_seed(2), committed)[0]
+        plain = predictor(state_obs, torch.Generator().manual_seed(2))[0]
+        none = predictor(state_obs, torch.Generator().manual_seed(2), (previous, np.zeros(16, np.float32)))[0]
+        np.testing.assert_allclose(none, plain, atol=1e-6, err_msg=backend)
+        np.testing.assert_allclose(chunks[backend][:2], previous[1:3], atol=1e-5, err_msg=backend)  # frozen
+        assert not np.allclose(chunks[backend][8:15], previous[9:16], atol=1e-3)  # the rest is the policy's own
+    for backend in BACKENDS:
+        np.testing.assert_allclose(chunks[backend], chunks["eager"], atol=1e-5, err_msg=backend)
+    with pytest.raises(ValueError, match="weights"):
+        ChunkPredictor(policy, "cpu", backend="eager")(state_obs, None, (previous, np.full(16, 2.0)))
