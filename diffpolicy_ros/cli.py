@@ -29,7 +29,7 @@ from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
 from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
 
-LEARN_VARIANTS = ("diffusion", "diffusion_ddim10", "diffusion_ddim20", "gaussian")  # = bench.learn.VARIANTS
+LEARN_VARIANTS = ("diffusion", "diffusion_ddim10", "diffusion_ddim20", "few_step", "gaussian")  # = bench.learn.VARIANTS
 
 
 def _warn(text: str) -> None:

@@ -8,7 +8,8 @@ given BC checkpoints), then fine-tune each variant with PPO from its BC start, e
 room to improve; push: the small diffusion policy on 50 demos stopped at 1100 iterations, ~0.5 success, then
 ``train/push_weak.yaml``). Variants:
 ``diffusion`` (the train config's sampler), ``diffusion_ddim10`` / ``diffusion_ddim20`` (that many DDIM
-steps), ``gaussian``. Long (tens of minutes per variant on 2 CPU cores); not in CI.
+steps), ``few_step`` (the few-step actor, a shortcut model fine-tuned through its own one-step chain; weak
+start), ``gaussian``. Long (tens of minutes per variant on 2 CPU cores); not in CI.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diffpolicy_ros.assets import config_file
@@ -31,10 +32,12 @@ from diffpolicy_ros.rl.ppo import PPOTrainer, load_ppo_run
 from diffpolicy_ros.rl.recipes import WEAK_START
 from diffpolicy_ros.sim.demos import run_demos
 
-VARIANTS = {  # name -> (policy kind, DDIM steps while fine-tuning; None: the train config's)
+OWN_STEPS = 0  # fine-tune with the policy's own sampling steps, not the train config's
+VARIANTS = {  # name -> (its BC start, sampling steps while fine-tuning; None: the train config's)
     "diffusion": ("diffusion", None),
     "diffusion_ddim10": ("diffusion", 10),
     "diffusion_ddim20": ("diffusion", 20),
+    "few_step": ("few_step", OWN_STEPS),
     "gaussian": ("gaussian", None),
 }
 STARTS = ("bc", "weak")
@@ -49,11 +52,12 @@ class BCStart:
 @dataclass(frozen=True)
 class TaskRecipe:
     train_config: str  # config/train/<name>.yaml
-    bc: dict[str, BCStart]  # start "bc": policy kind -> its BC start
+    bc: dict[str, BCStart]  # start "bc": BC start name -> its policy and iterations
     demos: int
-    weak_train_config: str  # start "weak": the PPO recipe,
+    weak_train_config: str  # start "weak": the PPO recipe (a BC start may name its own: ``weak_train_configs``),
     weak: dict[str, BCStart]  # its BC starts
     weak_demos: int  # and the demos they clone
+    weak_train_configs: dict[str, str] = field(default_factory=dict)  # BC start name -> its own PPO recipe
 
 
 _POINT_MASS_BC = {  # a deliberately weak start (~30-60 % success) either way
@@ -80,9 +84,11 @@ RECIPES = {
         weak_train_config=WEAK_START.ppo_config,
         weak={  # 50 demos: the small diffusion policy 0.46-0.51 on 100 held-out seeds (docs/experiments.md)
             "diffusion": BCStart(WEAK_START.policy_config, WEAK_START.iters),
+            "few_step": BCStart("policy/few_step_state_small.yaml", WEAK_START.iters),
             "gaussian": BCStart("policy/gaussian_state.yaml", 600),
         },
         weak_demos=WEAK_START.demo_episodes,
+        weak_train_configs={"few_step": "train/push_weak_few_step.yaml"},  # its one-step chain needs a smaller lr
     ),
 }
 RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_two_goals.yaml")
@@ -91,7 +97,10 @@ RECIPES["push_two_goals"] = replace(RECIPES["push"], train_config="train/push_tw
 def _bc_start(task: str, kind: str, recipe: TaskRecipe, start: str, out_dir: Path, progress: bool) -> str:
     """The BC checkpoint a variant starts from; one already finished in ``out_dir`` is reused, so re-running
     the benchmark with more variants does not retrain it."""
-    bc, demos = (recipe.weak[kind], recipe.weak_demos) if start == "weak" else (recipe.bc[kind], recipe.demos)
+    bc, demos = (recipe.weak, recipe.weak_demos) if start == "weak" else (recipe.bc, recipe.demos)
+    if kind not in bc:
+        raise UserError(f"{task}: no {start!r} BC start for {kind!r} (available: {sorted(bc)})")
+    bc = bc[kind]
     folder = out_dir / task / (f"bc_{kind}_weak" if start == "weak" else f"bc_{kind}")
     done = folder / "checkpoints" / "last.pt"
     if done.exists() and load_checkpoint(done)["train_state"]["iter"] == bc.iters:
@@ -144,11 +153,14 @@ def bench_learn(
             kind, ddim_steps = VARIANTS[variant]
             if kind not in starts:
                 starts[kind] = _bc_start(task, kind, recipe, start, out_dir, progress)
-            run = load_ppo_run(config_file(recipe.weak_train_config if start == "weak" else recipe.train_config))
+            weak_config = recipe.weak_train_configs.get(kind, recipe.weak_train_config)
+            run = load_ppo_run(config_file(weak_config if start == "weak" else recipe.train_config))
             run.task, run.init = task, starts[kind]
             cfg = run.train
             cfg.total_env_steps = total_env_steps
-            if ddim_steps is not None:
+            if ddim_steps == OWN_STEPS:
+                cfg.sampler.ddim_steps = None
+            elif ddim_steps is not None:
                 cfg.sampler.ddim_steps = ddim_steps
             trainer = PPOTrainer(run, out_dir / task / variant, progress=progress)
             cfg.eval_every = max(1, trainer.total_iterations() // eval_points)

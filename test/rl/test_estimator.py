@@ -63,7 +63,13 @@ def test_the_estimator_learns_to_place_the_block_and_goal_on_frames_it_never_saw
     assert all(torch.equal(a, b) for a, b in zip(others, still))  # only the estimator was trained
 
 
-def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demos, tmp_path, monkeypatch):
+@pytest.mark.parametrize("actor", ["ddim", "few_step"])
+def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demos, tmp_path, monkeypatch, actor):
+    """Either actor: DDIM-10, or the few-step one (config/policy/vision_few_step.yaml: a one-step shortcut model)."""
+    policy_config = STAGED_POLICY if actor == "ddim" else {
+        "kind": "diffusion",
+        "diffusion": {**STAGED_POLICY["diffusion"], "objective": "flow", "ddim_steps": 1, "flow": {"shortcut": True}},
+    }  # fmt: skip
     stage_one = {}
     real_train_estimator, real_bc_step = bc_module.train_estimator, bc_module.bc_step
 
@@ -84,7 +90,7 @@ def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demo
         iters=4, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=4, eval_episodes=1,
         final_eval_episodes=1, device="cpu",
     )  # fmt: skip
-    result = train_bc(BCRun(policy=STAGED_POLICY, train=train), image_demos, tmp_path, progress=False)
+    result = train_bc(BCRun(policy=policy_config, train=train), image_demos, tmp_path, progress=False)
     assert set(result["estimator"]) >= {"block_median_mm", "goal_median_mm", "held_out_steps", "wall_s"}
     assert batches and all("task_state_estimate" in b and not any(k.startswith("image_") for k in b) for b in batches)
     ckpt = load_checkpoint(result["checkpoint"])

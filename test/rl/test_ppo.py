@@ -63,8 +63,13 @@ def tiny_run(**train_overrides) -> PPORun:
 
 
 def first_batch(tmp_path: Path, kind: str = "diffusion") -> tuple[PPOTrainer, dict]:
-    """A tiny trainer for ``kind`` and its first rollout's batch, before any update."""
-    run = tiny_run()
+    """A tiny trainer for ``kind`` (``few_step``: the diffusion head as a shortcut model sampled in 2 Euler steps,
+    both fine-tuned) and its first rollout's batch, before any update."""
+    run = tiny_run(sampler={"ddim_steps": 2, "finetune_steps": 2}) if kind == "few_step" else tiny_run()
+    if kind == "few_step":
+        shortcut = {"objective": "flow", "ddim_steps": 2, "flow": {"shortcut": True}}
+        run.policy["diffusion"] = {**run.policy["diffusion"], **shortcut}
+        kind = "diffusion"
     run.policy["kind"] = kind
     trainer = PPOTrainer(run, tmp_path, progress=False)
     return trainer, trainer.prepare_batch(trainer.collect_rollout())
@@ -75,7 +80,7 @@ def all_params(trainer: PPOTrainer) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
+@pytest.mark.parametrize("kind", ["diffusion", "few_step", "gaussian"])
 def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kind):
     trainer, batch = first_batch(tmp_path, kind)
     everything = torch.arange(batch["old_logp"].numel())  # every (decision, denoising step) pair
@@ -90,7 +95,7 @@ def test_ratio_is_one_and_policy_loss_zero_before_the_first_update(tmp_path, kin
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("kind", ["diffusion", "gaussian"])
+@pytest.mark.parametrize("kind", ["diffusion", "few_step", "gaussian"])
 def test_the_samplers_log_probs_are_the_update_s_and_pairs_score_one_step(tmp_path, kind):
     """The old log-probabilities PPO keeps come from the sampler's own noise (no second U-Net pass): they
     must be what the update computes on the same weights, or the first ratio is not 1. A (decision, step)
@@ -140,8 +145,9 @@ def test_executed_only_likelihood_ignores_the_unexecuted_tail_of_the_chunk(tmp_p
 
 
 @pytest.mark.quick
-def test_policy_gradient_reaches_the_denoiser(tmp_path):
-    trainer, batch = first_batch(tmp_path)
+@pytest.mark.parametrize("kind", ["diffusion", "few_step"])
+def test_policy_gradient_reaches_the_denoiser(tmp_path, kind):
+    trainer, batch = first_batch(tmp_path, kind)
     idx = torch.arange(batch["old_logp"].numel())
     policy_loss, _, _ = trainer.losses(batch, idx, torch.randn(batch["advantages"].shape[0]))  # arbitrary advantages
     policy_loss.backward()
