@@ -80,7 +80,7 @@ def one_step_chunks_after_training_on_two_modes(shortcut: bool, iters: int) -> t
         return policy.sample(cond, generator=torch.Generator().manual_seed(1)).mean(dim=(1, 2))
 
 
-@pytest.mark.quick
+@pytest.mark.slow  # ~35 s of training on this machine (twice in `make test`: pytest and colcon test)
 def test_one_shortcut_step_keeps_both_modes_where_one_flow_step_averages_them():
     """Why the few-step actor is a shortcut model: from one step a plain flow returns the mean of the
     demonstrations (a chunk between the two routes), the shortcut model returns one route or the other."""
