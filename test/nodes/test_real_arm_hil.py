@@ -140,6 +140,7 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path, spin_until):
         spin_until(node, lambda: False, 0.5, 0.02)
         assert all(speed(m) == 0 for _, m in out[-5:])
         estop.publish(Bool(data=False))
+        spin_until(node, lambda: False, 0.3, 0.02)  # the release reaches the filter before the reset does
         future = reset.call_async(Trigger.Request())
         rclpy.spin_until_future_complete(node, future, timeout_sec=10)
         assert future.result() is not None and future.result().success
