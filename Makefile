@@ -42,7 +42,7 @@ sim-train: setup
 # behind its filter can follow; ~3 min), then staged BC: the block/goal estimator on the cameras, then the
 # actor on states (see config/policy/diffusion_vision.yaml; under half an hour on 2 cores with --threads 2).
 vision-policy: setup
-	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml \
+	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml --workers 2 \
 	  --out runs/vision/demos.npz --json
 	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision.yaml \
 	  --run-dir runs/vision $(ARGS)

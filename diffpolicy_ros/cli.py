@@ -150,6 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         video_dir=args.video,
         video_episodes=args.video_episodes,
         expert_limits=limits,
+        workers=args.workers,
     )
     _print_json_or_table({**summary.as_dict(), **({"expert_limits": limits} if limits else {})}, args.json)
     return 0
@@ -194,6 +195,13 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     keys = ("device", "seed", "total_env_steps", "n_envs")
     sampler = override(run.train.sampler, ddim_steps=args.ddim_steps)
     run.train = override(run.train, sampler=sampler, **{key: getattr(args, key) for key in keys})
+    if args.deploy is not None:  # fine-tune in the sim as deployed: executor, filter core, the cell's latency
+        from diffpolicy_ros.nodes.graph import load_deployment
+        from diffpolicy_ros.nodes.runner import parse_overrides
+
+        run.deploy = load_deployment(args.deploy, parse_overrides(args.deploy_args)).as_dict()
+    elif args.deploy_args:
+        raise UserError(f"{' '.join(args.deploy_args)}: real_arm arguments need --deploy FILE")
     if args.resume == "auto" and args.run_dir is None:
         print("diffpolicy train-ppo: --resume auto needs --run-dir (the run to continue)", file=sys.stderr)
         return 2
@@ -230,6 +238,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         deployment = load_deployment(args.deploy, parse_overrides(args.deploy_args))
         result = evaluate_deployed(policy, deployment, args.task or meta.task, args.episodes, args.seed,
                                    meta.obs_mode, device, progress=not args.json)  # fmt: skip
+        if not args.per_episode:
+            result.pop("per_episode")
         _print_json_or_table(result, args.json)
         return 0
     result = evaluate_policy(
@@ -410,6 +420,10 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     demo.add_argument(
+        "--workers", type=int, default=1,
+        help="processes recording blocks of episodes (the same dataset; --images on 2 cores: 2 halve the time)",
+    )  # fmt: skip
+    demo.add_argument(
         "--deploy", type=Path, default=None,
         help="a real_arm argument file: the expert stays within its max_speed and max_accel",
     )  # fmt: skip
@@ -463,6 +477,13 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
     ppo.add_argument("--total-env-steps", type=int, default=None)
     ppo.add_argument("--n-envs", type=int, default=None)
     ppo.add_argument("--ddim-steps", type=int, default=None)
+    ppo.add_argument(
+        "--deploy", type=Path, default=None,
+        help="a real_arm argument file: fine-tune and evaluate as deployed (executor, safety-filter core, latency)",
+    )  # fmt: skip
+    ppo.add_argument(
+        "deploy_args", nargs="*", metavar="name:=value", help="--deploy: real_arm arguments over the file's",
+    )  # fmt: skip
     ppo.add_argument("--json", action="store_true", help="one JSON summary on stdout (log lines stay on stderr)")
     _threads_option(ppo)
     ppo.set_defaults(func=cmd_train_ppo)

@@ -131,6 +131,19 @@ class EpisodeRecorder:
         for k, v in fields.items():
             self._episode.setdefault(k, []).append(v)
 
+    def extend(self, other: EpisodeRecorder) -> None:
+        """Append another recorder's finished episodes after this one's (blocks recorded in parallel)."""
+        if other.obs_keys != self.obs_keys:
+            raise ValueError(f"cannot join recordings of {other.obs_keys} and {self.obs_keys}")
+        offset = len(self._action)
+        for k in self.obs_keys:
+            self._obs[k] += other._obs[k]
+        self._action += other._action
+        self._reward += other._reward
+        self._ends += [offset + end for end in other._ends]
+        for k, v in other._episode.items():
+            self._episode.setdefault(k, []).extend(v)
+
     def to_dataset(self, meta: dict) -> EpisodeDataset:
         ds = EpisodeDataset(
             obs={k: np.stack(v) for k, v in self._obs.items()},

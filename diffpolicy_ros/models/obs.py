@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-TENSOR_KEYS = ("proprio", "goals", "image_top", "image_side")
-SINGLE_NDIM = {"proprio": 1, "goals": 2, "image_top": 3, "image_side": 3}
+# task_state_estimate: a camera-free stand-in for a staged vision policy's estimator (sim/estimated_state.py)
+TENSOR_KEYS = ("proprio", "goals", "image_top", "image_side", "task_state_estimate")
+SINGLE_NDIM = {"proprio": 1, "goals": 2, "image_top": 3, "image_side": 3, "task_state_estimate": 1}
 
 
 def obs_to_torch(obs: dict, device: str | torch.device) -> dict:

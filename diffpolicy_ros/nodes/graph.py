@@ -45,6 +45,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "ppo_env_steps": "",  # PPO after BC: 50k multimodal / 200k state / 300k weak start; 0: BC only
         "ppo_config": "",  # config/train/push.yaml (weak start: push_weak.yaml)
         "ppo_envs": "",  # the trainer's PPO sim workers (4; weak start 32)
+        # a real_arm argument file (config/real_arm.yaml with the cell filled in): the trainer's PPO fine-tunes and
+        # evaluates in the sim as deployed (that file's filter limits, executor rate, latency range)
+        "deploy": "",
         "demo_episodes": "",  # expert episodes the trainer records for BC (100; weak start 50)
         "eval_episodes": "",  # held-out episodes per trainer evaluation (10; weak start 100)
         "threads": "1",  # the trainer's torch threads (it shares the CPU with the graph)
@@ -142,6 +145,7 @@ KINDS: dict[str, A.Kind] = {
     "first_checkpoint_iter": A.integer(0),
     "ppo_env_steps": A.optional(A.integer(0)),
     "ppo_config": A.text,
+    "deploy": A.text,
     "ppo_envs": A.optional(A.integer(1)),
     "demo_episodes": A.optional(A.integer(1)),
     "eval_episodes": A.optional(A.integer(1)),
@@ -288,6 +292,7 @@ def sim_train(a: dict) -> list[NodeSpec]:
             "task": a["task"],
             "first_checkpoint_iter": a["first_checkpoint_iter"],
             "ppo_config": a["ppo_config"] or str(config_file(recipe.ppo_config)),
+            "deploy": str(Path(a["deploy"]).expanduser().resolve()) if a["deploy"] else "",
             "torch_threads": a["threads"],
         }
         for key in ("iters", "eval_every", "ppo_env_steps", "ppo_envs", "demo_episodes", "eval_episodes"):

@@ -27,8 +27,17 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import override
 from diffpolicy_ros.contract import CHECKPOINT_TOPIC, TASK_NAMES
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.models.checkpoint import describe_evaluation
-from diffpolicy_ros.nodes.common import LATCHED_QOS, Diagnostics, checked_device, number, parameter, run_node
+from diffpolicy_ros.nodes.common import (
+    LATCHED_QOS,
+    Diagnostics,
+    ParameterError,
+    checked_device,
+    number,
+    parameter,
+    run_node,
+)
 from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.recipes import DEFAULT_RECIPE as DEFAULTS  # what it trains when not told (sim_train's)
@@ -48,6 +57,7 @@ class TrainerNode(Node):
             "task": parameter(self, "task", "push", lambda v: v in TASK_NAMES, f"one of {', '.join(TASK_NAMES)}"),
             "run_dir": parameter(self, "run_dir", ""),
             "ppo_config": parameter(self, "ppo_config", "", why=f"default: {DEFAULTS.ppo_config}"),
+            "deploy": parameter(self, "deploy", "", why="a real_arm file: PPO fine-tunes in the sim as deployed"),
         }
         device = checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
         n = {
@@ -83,6 +93,13 @@ class TrainerNode(Node):
         )
         self.ppo = load_ppo_run(text["ppo_config"] or config_file(DEFAULTS.ppo_config))
         self.ppo.task = text["task"]
+        if text["deploy"]:  # a bad file stops the node here, before any training
+            from diffpolicy_ros.nodes.graph import load_deployment
+
+            try:
+                self.ppo.deploy = load_deployment(text["deploy"]).as_dict()
+            except UserError as exc:
+                raise ParameterError(f"trainer_node: parameter 'deploy' = {text['deploy']!r}: {exc}") from None
         self.ppo.train = override(
             self.ppo.train,
             device=device,

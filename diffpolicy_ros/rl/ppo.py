@@ -7,6 +7,9 @@ One iteration reads top to bottom (CleanRL's ``ppo_continuous_action.py`` is the
                >= min_std) and the vectorized CPU workers execute ``execute_horizon`` of its actions. The
                sampler also returns the record's log-probabilities (diffusion: from its own step noise), so no
                second pass scores the rollout. Observations pile up as numpy; chains stay on the device.
+               Under a deployment (``PPORun.deploy``, ``train-ppo --deploy``) each worker is the sim as
+               deployed (sim/deployed.py): a decision lasts until the policy is free again (~1.2 periods at
+               60-110 ms), its chunk lands a latency late and the filter core stands between it and the arm.
 2. batch     — the rollout moves to the device once; values and the bootstrap values of truncated episodes
                are computed in micro-batches; GAE with per-decision discounts gamma**steps_executed (a chunk is
                one decision).
@@ -57,8 +60,9 @@ from diffpolicy_ros.config import (
     load_yaml,
     to_dict,
 )
-from diffpolicy_ros.contract import EXECUTE_HORIZON
+from diffpolicy_ros.contract import CONTROL_PERIOD_S, EXECUTE_HORIZON
 from diffpolicy_ros.device import autocast_settings, device_type
+from diffpolicy_ros.eval.deployed import evaluate_deployed
 from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.checkpoint import (
     CheckpointError,
@@ -85,7 +89,9 @@ from diffpolicy_ros.rl.ppo_math import (
     normalize_advantages,
 )
 from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
-from diffpolicy_ros.sim import make_env
+from diffpolicy_ros.safety.deployment import Deployment
+from diffpolicy_ros.sim import PushConfig, make_env
+from diffpolicy_ros.sim.deployed import expected_periods_per_decision
 from diffpolicy_ros.sim.vector import make_vec_env
 
 CSV_FIELDS = (
@@ -115,9 +121,15 @@ class PPOConfig(Checked):
     # -- rollouts (one decision = one chunk; an iteration = n_envs * rollout_steps decisions per rank)
     total_env_steps: int = 200_000
     n_envs: int = 16
-    rollout_steps: int = 10  # x execute_horizon should cover the episode limit: every env's first episode ends
+    # x env steps per decision (execute_horizon, or ~1 as deployed) should cover the episode limit: every env's
+    # first episode ends
+    rollout_steps: int = 10
     execute_horizon: int = EXECUTE_HORIZON
     asynchronous_envs: bool = True  # worker processes (MuJoCo); the point mass is faster in-process
+    # a staged vision policy (cameras feed only its frozen estimator): rollouts skip the cameras and the actor reads
+    # the true block and goal moved by its estimator's measured error (sim/estimated_state.py), as in staged BC;
+    # evaluations still run the cameras and the estimator
+    simulated_estimates: bool = False
     # -- exploration / likelihood of the actor (DPPO). The policy config owns the sampler settings; these
     #    are PPO's changes to them, applied once (models/heads.py: apply_sampler). None keeps the policy's.
     sampler: SamplerOverrides = field(default_factory=lambda: SamplerOverrides())
@@ -190,6 +202,10 @@ class PPORun:
     env: dict = field(default_factory=dict)  # task overrides, e.g. {max_episode_steps: 40}
     policy: dict = field(default_factory=dict)  # PolicySpec, used only when not starting from a checkpoint
     init: str | None = None  # BC checkpoint to fine-tune (else: from scratch)
+    # the sim as deployed (train-ppo --deploy FILE: a real_arm file's Deployment.as_dict): rollouts and evaluations
+    # run behind the executor and the safety-filter core with the cell's latency, one decision whenever the policy
+    # is free (sim/deployed.py); None: execute_horizon actions per decision, no filter
+    deploy: dict | None = None
     train: PPOConfig = field(default_factory=PPOConfig)
 
 
@@ -273,18 +289,34 @@ class PPOTrainer:
         # the fine-tuning sampler; the policy deploys (and is evaluated) as exactly this stochastic sampler
         self.policy.config = apply_sampler(self.policy.config, to_dict(cfg.sampler))
         setattr(self.spec, self.spec.kind, self.policy.config)  # what checkpoints store
-        self.obs_mode = self.spec.active().fusion.obs_mode()
+        self.obs_mode = self.spec.active().fusion.obs_mode()  # what evaluations (and deployments) read
         self.horizon = self.spec.active().horizon
+        rollout_obs_mode, estimate_error_m = self.obs_mode, None
+        if cfg.simulated_estimates:
+            estimate_error_m, rollout_obs_mode = self._estimator_error(), "state"
+        self.deployment = Deployment.from_dict(run.deploy) if run.deploy else None
+        # env steps per decision: execute_horizon, or under a deployment the periods the policy is busy
+        self.steps_per_decision = float(cfg.execute_horizon)
+        if self.deployment is not None:
+            period = run.env.get("control_dt", CONTROL_PERIOD_S)
+            self.steps_per_decision = expected_periods_per_decision(self.deployment, period)
         self.envs = make_vec_env(
             run.task,
             cfg.n_envs,
             chunk_horizon=self.horizon,
             asynchronous=cfg.asynchronous_envs,
-            obs_mode=self.obs_mode,
+            obs_mode=rollout_obs_mode,
             execute_horizon=cfg.execute_horizon,
+            deployment=self.deployment,
+            estimate_error_m=estimate_error_m,
             **run.env,
         )
         self._check_policy_fits_task()
+        episode_limit = run.env.get("max_episode_steps", PushConfig.max_episode_steps)
+        if self.deployment is not None and cfg.rollout_steps * self.steps_per_decision < episode_limit:
+            tqdm.write(f"[ppo] rollout_steps {cfg.rollout_steps} decisions x {self.steps_per_decision:.2f} env steps "
+                       f"each < the {episode_limit}-step episode: first episodes are cut "
+                       "(config/train/push_deployed.yaml sizes it)", file=sys.stderr)  # fmt: skip
         if self.dist.is_main:  # the inputs were good: the run begins writing
             (run_folder.start() / "checkpoints").mkdir(exist_ok=True)
         distributed.barrier(self.dist)  # other ranks write RNG states into it at the first checkpoint
@@ -328,6 +360,8 @@ class PPOTrainer:
         source, name = resume_ckpt, "resumed checkpoint"
         if source is None and run.init:
             source, name = load_checkpoint(run.init), run.init
+        # a staged policy's measured estimator error travels from its BC checkpoint into every PPO checkpoint
+        self.estimator_summary = (source or {}).get("meta", {}).get("metrics", {}).get("estimator")
         if source is not None:
             policy = policy_from_checkpoint(source, name)
             return policy, policy_spec(source["policy_spec"]), False
@@ -341,6 +375,17 @@ class PPOTrainer:
         env.close()
         return policy, spec, True
 
+    def _estimator_error(self) -> tuple[float, float]:
+        """(block, goal) median errors (m) of a staged policy's estimator, from its checkpoint."""
+        fusion = self.spec.active().fusion
+        if not (fusion.use_images and fusion.estimate_task_state and fusion.image_tokens_per_camera == 0):
+            raise ConfigError("train.simulated_estimates needs a staged vision policy (cameras feed only its "
+                              "task-state estimator: config/policy/diffusion_vision.yaml)")  # fmt: skip
+        if not self.estimator_summary:
+            raise ConfigError("train.simulated_estimates: the checkpoint has no measured estimator error "
+                              "(meta.metrics.estimator: train it with staged BC, train.estimator_iters)")  # fmt: skip
+        return self.estimator_summary["block_median_mm"] / 1e3, self.estimator_summary["goal_median_mm"] / 1e3
+
     def _check_policy_fits_task(self) -> None:
         envs = self.envs
         proprio_dim, goals_dim, action_dim = task_dims(envs.single_observation_space, envs.single_action_space)
@@ -353,7 +398,7 @@ class PPOTrainer:
 
     def total_iterations(self) -> int:
         cfg = self.run.train
-        per_iter = cfg.n_envs * self.dist.world_size * cfg.rollout_steps * cfg.execute_horizon
+        per_iter = cfg.n_envs * self.dist.world_size * cfg.rollout_steps * self.steps_per_decision
         return max(1, math.ceil(cfg.total_env_steps / per_iter))
 
     def autocast(self):
@@ -592,7 +637,14 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ 4. evaluation and checkpoints
     def evaluate(self, episodes: int) -> dict:
-        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on the held-out seeds."""
+        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on the held-out seeds; under a
+        deployment, as deployed (``eval --deploy``'s figure)."""
+        if self.deployment is not None:
+            result = evaluate_deployed(self.policy, self.deployment, self.run.task, episodes, seed=EVAL_SEED,
+                                       obs_mode=self.obs_mode, device=self.device, progress=False,
+                                       env_kwargs=self.run.env)  # fmt: skip
+            result.pop("per_episode")
+            return result
         result = evaluate_policy(
             self.policy,
             self.run.task,
@@ -621,7 +673,7 @@ class PPOTrainer:
             obs_mode=self.obs_mode,
             execute_horizon=cfg.execute_horizon,
             config=to_dict(self.run),
-            metrics=metrics,
+            metrics={**metrics, **({"estimator": self.estimator_summary} if self.estimator_summary else {})},
             evaluation=evaluation,
         )
         payload = make_payload(

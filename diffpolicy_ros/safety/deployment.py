@@ -3,15 +3,19 @@
 has (``deploy_latency_ms``: a range, for a sim that models it). ``demo --deploy FILE`` records demonstrations
 within these limits, so a policy learns motions the arm behind its filter can follow.
 
-Pure data: the CLI reads the file through the launch graph's strict argument parsing and builds one of these.
+Data: the CLI reads the file through the launch graph's strict argument parsing and builds one of these; a PPO
+run stores it (``as_dict``) so a resumed run trains under the same deployment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from diffpolicy_ros import contract as C
 from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.safety.filter import SafetyLimits
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,25 @@ class Deployment:
             blend_s=values["blend_s"],
             real_time_chunking=values["real_time_chunking"],
         )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Deployment:
+        """From :meth:`as_dict` (a checkpoint's or a YAML file's lists back to tuples)."""
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise UserError(f"deployment: unknown fields {sorted(unknown)}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def safety_limits(self) -> SafetyLimits:
+        """The filter's limits as real_arm sets them; without a box in the file, the task's workspace (bench hil's)."""
+        return SafetyLimits(
+            max_speed=self.max_speed, max_accel=self.max_accel, box_low=tuple(self.box_low or C.WORKSPACE_LOW),
+            box_high=tuple(self.box_high or C.WORKSPACE_HIGH), tick_period_s=1.0 / self.executor_rate_hz,
+        )  # fmt: skip
 
     def expert_limits(self) -> dict[str, float]:
         return {"max_speed": self.max_speed, "max_accel": self.max_accel}

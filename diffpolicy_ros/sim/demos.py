@@ -1,9 +1,18 @@
-"""Run the scripted expert for N seeded episodes; summarize and optionally record them."""
+"""Run the scripted expert for N seeded episodes; summarize and optionally record them.
+
+Episode i is a pure function of (task, seed + i): env seed ``seed + i``, expert side from ``[seed, i]``. So the
+episodes can be recorded by several worker processes (``workers``), in blocks, and concatenated in order: the
+dataset is the same as one process records. Rendering the cameras is most of an image demo's cost, and it is
+per-process work that two cores share well.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +21,8 @@ from tqdm import tqdm
 
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
 from diffpolicy_ros.sim import make_env, make_expert
+
+BLOCK_EPISODES = 10  # a worker's unit of work: the pool's progress granularity
 
 
 @dataclass
@@ -26,6 +37,7 @@ class DemoSummary:
     wall_s: float
     out: str | None = None
     videos: list[dict] = dataclasses.field(default_factory=list)  # demo --video: path, frames, bytes, write_s
+    workers: int = 1
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -34,34 +46,35 @@ class DemoSummary:
         return d
 
 
-def run_demos(
-    task: str = "push",
-    episodes: int = 20,
-    seed: int = 0,
-    obs_mode: str = "state",
-    out: str | Path | None = None,
-    progress: bool = True,
-    env_overrides: dict | None = None,
-    video_dir: str | Path | None = None,
-    video_episodes: int = 3,
-    on_episode: Callable[[int, int], None] | None = None,
-    expert_limits: dict | None = None,
-) -> tuple[DemoSummary, EpisodeDataset]:
-    """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
-    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` after
-    each episode (a host's progress line); ``expert_limits``: {max_speed, max_accel} of a deployment."""
-    import time
+@dataclass
+class _Block:
+    """Episodes [first, first + count) of one recording, as a worker hands them back."""
 
+    recorder: EpisodeRecorder
+    stats: list[tuple[bool, float, int, bool]]  # per episode: success, return, length, went left
+    videos: list[dict]
+    env_config: dict
+
+
+def _record_block(
+    task: str,
+    obs_mode: str,
+    env_overrides: dict,
+    expert_limits: dict,
+    seed: int,
+    first: int,
+    count: int,
+    video_dir: str | Path | None,
+    video_episodes: int,
+    on_episode: Callable[[], None] | None = None,
+) -> _Block:
     from diffpolicy_ros.sim.video import EpisodeVideo
 
-    env = make_env(task, obs_mode=obs_mode, **(env_overrides or {}))
-    expert = make_expert(task, env, **(expert_limits or {}))
+    env = make_env(task, obs_mode=obs_mode, **env_overrides)
+    expert = make_expert(task, env, **expert_limits)
     recorder = EpisodeRecorder(tuple(k for k in env.observation_space.spaces if k != "instruction"))
-    successes, returns, lengths, sides = [], [], [], []
-    videos: list[dict] = []
-    start = time.perf_counter()
-    bar = tqdm(range(episodes), desc=f"expert {task}", unit="ep", disable=not progress)
-    for i in bar:
+    stats, videos = [], []
+    for i in range(first, first + count):
         obs, _ = env.reset(seed=seed + i)
         side = expert.reset(np.random.default_rng([seed, i]))
         instruction, ep_return = obs["instruction"], 0.0
@@ -85,31 +98,78 @@ def run_demos(
         recorder.end_episode(
             instruction=instruction, success=info["is_success"], side=side, seed=seed + i, ep_return=ep_return
         )
-        successes.append(info["is_success"])
-        returns.append(ep_return)
-        lengths.append(info["elapsed_steps"])
-        sides.append(side == "left")
-        bar.set_postfix(success=f"{np.mean(successes):.2f}", ret=f"{np.mean(returns):.2f}")
+        stats.append((bool(info["is_success"]), float(ep_return), int(info["elapsed_steps"]), side == "left"))
         if on_episode is not None:
-            on_episode(i + 1, episodes)
+            on_episode()
     env.close()
+    return _Block(recorder, stats, videos, _jsonable(dataclasses.asdict(env.cfg)))
 
+
+def run_demos(
+    task: str = "push",
+    episodes: int = 20,
+    seed: int = 0,
+    obs_mode: str = "state",
+    out: str | Path | None = None,
+    progress: bool = True,
+    env_overrides: dict | None = None,
+    video_dir: str | Path | None = None,
+    video_episodes: int = 3,
+    on_episode: Callable[[int, int], None] | None = None,
+    expert_limits: dict | None = None,
+    workers: int = 1,
+) -> tuple[DemoSummary, EpisodeDataset]:
+    """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
+    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` as
+    episodes finish (a host's progress line); ``expert_limits``: {max_speed, max_accel} of a deployment;
+    ``workers`` > 1: that many processes record blocks of episodes (the same dataset, sooner)."""
+    start = time.perf_counter()
+    settings = dict(task=task, obs_mode=obs_mode, env_overrides=env_overrides or {}, expert_limits=expert_limits or {},
+                    seed=seed, video_dir=video_dir, video_episodes=video_episodes)  # fmt: skip
+    bar = tqdm(total=episodes, desc=f"expert {task}", unit="ep", disable=not progress)
+
+    def finished(n: int) -> None:
+        bar.update(n)
+        if on_episode is not None:
+            on_episode(bar.n, episodes)
+
+    if workers <= 1 or episodes <= BLOCK_EPISODES:
+        blocks = [_record_block(**settings, first=0, count=episodes, on_episode=lambda: finished(1))]
+    else:
+        starts = range(0, episodes, BLOCK_EPISODES)
+        # forkserver: each worker builds its own MuJoCo model and GL context, nothing inherited (sim/vector.py)
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(min(workers, len(starts)), mp_context=context) as pool:
+            futures = {pool.submit(_record_block, **settings, first=s, count=min(BLOCK_EPISODES, episodes - s)): s
+                       for s in starts}  # fmt: skip
+            done = {}
+            for future in as_completed(futures):
+                done[futures[future]] = block = future.result()
+                finished(len(block.stats))
+        blocks = [done[s] for s in starts]
+    bar.close()
+
+    recorder = blocks[0].recorder
+    for block in blocks[1:]:
+        recorder.extend(block.recorder)
+    stats = np.array([s for block in blocks for s in block.stats], dtype=float).reshape(-1, 4)
     dataset = recorder.to_dataset(
-        {"task": task, "obs_mode": obs_mode, "seed": seed, "env_config": _jsonable(dataclasses.asdict(env.cfg))}
+        {"task": task, "obs_mode": obs_mode, "seed": seed, "env_config": blocks[0].env_config}
     )
     if out is not None:
         dataset.save(out)
     summary = DemoSummary(
-        videos=videos,
+        videos=[v for block in blocks for v in block.videos],
         task=task,
         episodes=episodes,
         seed=seed,
-        success_rate=float(np.mean(successes)),
-        mean_return=float(np.mean(returns)),
-        mean_length=float(np.mean(lengths)),
-        left_fraction=float(np.mean(sides)),
+        success_rate=float(stats[:, 0].mean()),
+        mean_return=float(stats[:, 1].mean()),
+        mean_length=float(stats[:, 2].mean()),
+        left_fraction=float(stats[:, 3].mean()),
         wall_s=time.perf_counter() - start,
         out=str(out) if out is not None else None,
+        workers=max(1, min(workers, -(-episodes // BLOCK_EPISODES))),
     )
     return summary, dataset
 

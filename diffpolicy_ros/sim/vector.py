@@ -11,13 +11,26 @@ from __future__ import annotations
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from diffpolicy_ros.safety.deployment import Deployment
 from diffpolicy_ros.sim import ChunkStepEnv, make_env
+from diffpolicy_ros.sim.deployed import DeployedChunkEnv
+from diffpolicy_ros.sim.estimated_state import EstimatedTaskState
 
 
-def _env_factory(task: str, chunk_horizon: int | None, env_kwargs: dict):
+def _env_factory(
+    task: str,
+    chunk_horizon: int | None,
+    env_kwargs: dict,
+    deployment: Deployment | None,
+    estimate_error_m: tuple[float, float] | None,
+):
     def build() -> gym.Env:
         env = make_env(task, **env_kwargs)
-        return ChunkStepEnv(env, chunk_horizon) if chunk_horizon else env
+        if deployment is not None:
+            env = DeployedChunkEnv(env, deployment, chunk_horizon)
+        elif chunk_horizon:
+            env = ChunkStepEnv(env, chunk_horizon)
+        return EstimatedTaskState(env, *estimate_error_m) if estimate_error_m else env
 
     return build
 
@@ -29,15 +42,23 @@ def make_vec_env(
     chunk_horizon: int | None = None,
     asynchronous: bool = True,
     autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+    deployment: Deployment | None = None,
+    estimate_error_m: tuple[float, float] | None = None,
     **env_kwargs,
 ) -> gym.vector.VectorEnv:
     """N push envs; with ``chunk_horizon`` each step takes a [N, H, 3] batch of action chunks.
+
+    ``deployment``: each env is the sim as deployed (sim/deployed.py), a step one decision of the policy node.
+    ``estimate_error_m``: (block, goal) median errors of a staged policy's estimator; observations gain a
+    ``task_state_estimate`` that far off (sim/estimated_state.py).
 
     ``autoreset_mode`` defaults to SAME_STEP: a finished env is reset inside the step that ended it and its
     final observation is in ``info['final_obs']``, so every returned observation is one to act on.
     ``asynchronous=False`` runs the envs in this process (debugging, or a single core).
     """
-    fns = [_env_factory(task, chunk_horizon, dict(env_kwargs)) for _ in range(n_envs)]
+    if deployment is not None and not chunk_horizon:
+        raise ValueError("a deployed vector env steps chunks: give chunk_horizon")
+    fns = [_env_factory(task, chunk_horizon, dict(env_kwargs), deployment, estimate_error_m) for _ in range(n_envs)]
     if asynchronous:
         # shared_memory=False: gymnasium's shared-memory path garbles Text spaces (the instruction).
         return AsyncVectorEnv(fns, shared_memory=False, context="forkserver", autoreset_mode=autoreset_mode)

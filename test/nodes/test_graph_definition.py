@@ -195,5 +195,7 @@ def test_sim_train_weak_start_runs_the_bench_weak_recipe_and_arguments_still_win
     )  # fmt: skip
     assert trainer(start="weak", iters="900", ppo_envs="8")["iters"] == 900
     assert trainer(start="weak", iters="900", ppo_envs="8")["ppo_envs"] == 8
+    assert full["deploy"] == ""  # PPO in the plain sim unless told
+    assert trainer(deploy=str(REPO / "config" / "real_arm.yaml"))["deploy"] == str(REPO / "config" / "real_arm.yaml")
     with pytest.raises(ValueError, match="argument start:='strong': expected one of full, weak"):
         graph("sim_train", {"start": "strong"})

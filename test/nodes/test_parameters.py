@@ -44,6 +44,7 @@ def test_a_bad_parameter_stops_the_node_with_one_line_naming_it(module, param, n
         ("camera_node", "crop_square:=sometimes", "crop_square"),
         ("trainer_node", "eval_every:=0", "eval_every"),
         ("trainer_node", "ppo_envs:=-4", "ppo_envs"),
+        ("trainer_node", "deploy:=/no/such/real_arm.yaml", "deploy"),
     ],
 )
 def test_a_malformed_boolean_or_out_of_range_number_stops_the_node(module, param, name):

@@ -109,3 +109,30 @@ def test_staged_bc_needs_a_policy_whose_cameras_feed_only_the_estimator(image_de
     train = BCConfig(iters=1, estimator_iters=5, device="cpu")
     with pytest.raises(ConfigError, match="image_tokens_per_camera 0"):
         train_bc(BCRun(policy=joint, train=train), image_demos, tmp_path, progress=False)
+
+
+def test_ppo_fine_tunes_a_staged_policys_actor_on_simulated_estimates_without_cameras(image_demos, tmp_path):
+    """train.simulated_estimates: rollouts render nothing and hand the actor the true block and goal moved by the
+    estimator's measured error; the evaluation still runs the cameras; PPO checkpoints keep the measured error."""
+    from diffpolicy_ros.rl.ppo import PPOConfig, PPORun, PPOTrainer
+    from diffpolicy_ros.sim.estimated_state import MEDIAN_RADIUS_PER_SIGMA, TASK_STATE
+
+    train = BCConfig(iters=2, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=2, eval_episodes=1,
+                     final_eval_episodes=1, device="cpu")  # fmt: skip
+    bc = train_bc(BCRun(policy=STAGED_POLICY, train=train), image_demos, tmp_path / "bc", progress=False)
+    ppo = PPOConfig(total_env_steps=2 * 3 * 4, n_envs=2, rollout_steps=3, asynchronous_envs=False, micro_batch=4,
+                    grad_accum=1, update_epochs=1, eval_episodes=1, simulated_estimates=True, device="cpu")  # fmt: skip
+    run = PPORun(task="push", env={"max_episode_steps": 12}, init=bc["checkpoint"], train=ppo)
+    trainer = PPOTrainer(run, tmp_path / "ppo", progress=False)
+    rollout = trainer.collect_rollout()
+    assert "task_state_estimate" in rollout.obs and not any(k.startswith("image_") for k in rollout.obs)
+    error = rollout.obs["task_state_estimate"] - rollout.obs["proprio"][..., TASK_STATE]
+    sigma = bc["estimator"]["block_median_mm"] / 1e3 / MEDIAN_RADIUS_PER_SIGMA
+    assert 0.3 * sigma < np.std(error[..., :2]) < 3 * sigma
+    result = trainer.train()
+    assert result["final_eval"]["episodes"] == 1  # evaluated with the cameras (obs_mode image)
+    assert trainer.obs_mode == "image"
+    ckpt = load_checkpoint(sorted((tmp_path / "ppo" / "checkpoints").glob("iter_*.pt"))[-1])
+    assert ckpt["meta"]["metrics"]["estimator"] == bc["estimator"]
+    with pytest.raises(ConfigError, match="staged vision policy"):
+        PPOTrainer(PPORun(task="push", policy={"kind": "diffusion"}, train=ppo), tmp_path / "plain", progress=False)

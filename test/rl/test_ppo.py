@@ -334,6 +334,26 @@ def test_train_ppo_command_and_plot(tmp_path, run_cli):
 
 
 @pytest.mark.quick
+def test_train_ppo_deploy_fine_tunes_in_the_sim_as_deployed_and_evaluates_as_deployed(tmp_path, run_cli):
+    """train-ppo --deploy: a decision whenever the policy is free (one or two periods at 60-110 ms), the
+    trainer's evaluations are eval --deploy's, and the deployment travels in the checkpoint."""
+    config = tmp_path / "tiny_push.yaml"
+    train = {**TINY_RUN["train"], "n_envs": 2, "rollout_steps": 12, "total_env_steps": 2 * 2 * 12, "eval_episodes": 1}
+    config.write_text(yaml.safe_dump({**TINY_RUN, "task": "push", "env": {"max_episode_steps": 12}, "train": train}))
+    result = run_cli("train-ppo", "--config", config, "--run-dir", tmp_path / "run",
+                     "--deploy", REPO / "config" / "real_arm.yaml", "max_accel:=0.8", timeout=300)  # fmt: skip
+    # 2 iterations x 2 envs x 12 decisions of 1.2 periods each on average
+    assert result["iterations"] == 2 and 48 <= result["env_steps"] <= 2 * 48
+    final = result["final_eval"]
+    assert final["deployment"]["max_accel"] == 0.8 and final["deployment"]["latency_ms"] == [60, 110]
+    assert final["active_ticks"] > 0 and "switch_jump_mean" in final
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "best.pt")
+    assert ckpt["meta"]["config"]["deploy"]["max_speed"] == 0.1 and ckpt["meta"]["config"]["deploy"]["max_accel"] == 0.8
+    with pytest.raises(subprocess.CalledProcessError):  # real_arm arguments without a file to apply them to
+        run_cli("train-ppo", "--config", config, "max_accel:=0.8")
+
+
+@pytest.mark.quick
 def test_reward_centering_tracks_the_average_reward_and_resumes(tmp_path):
     trainer = PPOTrainer(tiny_run(reward_centering=True, reward_centering_step=0.1), tmp_path, progress=False)
     trainer.train(until_iteration=1)
