@@ -6,7 +6,9 @@ input, with ``real_arm``'s limits (0.1 m/s, 0.5 m/s²) unless overridden — and
 episodes the way an operator would in a cell: ``/sim_bridge/reset`` lays out a new scene, then the probe waits
 for the sim's outcome on ``/diagnostics`` ("block at the goal" / "block off the table") or the episode's time
 limit. Episode i is scene ``seed + i``: by default the held-out seeds ``diffpolicy eval`` uses, so both can be
-compared scene by scene. The graph's ``max_run_time_s`` is off here; the per-episode limit plays its part.
+compared scene by scene; a block that reaches the goal after the task's own limit (120 steps: the driver-mode sim,
+like an arm, runs on) counts as a failure there too. The graph's ``max_run_time_s`` is off here; the per-episode
+limit plays its part.
 
 Reported: the success rate with its 95 % interval, seconds to success, what the safety filter did (its
 intervention counts), the policy's latency and chunk rate, and the fastest output the arm received; with
@@ -64,6 +66,7 @@ def bench_hil(
     from diffpolicy_ros.nodes.common import COMMAND_QOS, DIAGNOSTICS_QOS, LATCHED_QOS, SENSOR_QOS, VIEWER_QOS
     from diffpolicy_ros.nodes.graph import resolve_arguments
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+    from diffpolicy_ros.sim import PushConfig
 
     every = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # every command counts, not the newest
 
@@ -87,6 +90,7 @@ def bench_hil(
     # what the graph runs with (defaults and an argument file included); an unknown or malformed argument is one
     # clear error before anything starts
     resolved = resolve_arguments("real_arm", arguments)
+    task_limit = PushConfig.max_episode_steps  # the driver-mode sim runs on past it; eval's episodes end there
     log = open(tmp / "graph.log", "w")
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None  # one core, busy
     began = time.monotonic()
@@ -173,13 +177,18 @@ def bench_hil(
             reported, start = len(outcomes), time.monotonic()
             done = spin(episode_timeout_s, until=lambda n=reported: len(outcomes) > n)
             outcome = outcomes[reported] if done else None
-            success = outcome is not None and outcome["message"] == "block at the goal"
+            message = outcome["message"] if outcome else f"time limit ({episode_timeout_s:.0f} s)"
+            # an arm has no episode limit, the task has: the goal reached after it is a failure, as in `eval`
+            late = outcome is not None and int(outcome["steps"]) > task_limit
+            if late:
+                message += f" after the task's limit ({outcome['steps']} > {task_limit} steps)"
+            success = outcome is not None and outcome["message"] == "block at the goal" and not late
             results.append(
                 {
                     "episode": episode,
                     "scene_seed": seed + episode,
                     "success": success,
-                    "outcome": outcome["message"] if outcome else f"time limit ({episode_timeout_s:.0f} s)",
+                    "outcome": message,
                     "seconds": round(time.monotonic() - start, 1),
                     "steps": int(outcome["steps"]) if outcome else None,
                     "tool_xy": np.round(tool, 4).tolist(),
