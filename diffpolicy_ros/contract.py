@@ -40,6 +40,8 @@ PROPRIO_DIM = 2 * N_JOINTS + 4
 JOINT_STATE_DIM = 2 * N_JOINTS  # the joint-state slots lead the layout
 JOINT_STATE_SLOTS = ("joint_positions", "joint_velocities")
 TASK_STATE_SLOTS = ("object_xy", "goal_xy")
+# the block and goal xy, adjacent after the joint state: what a vision policy estimates, and its labels
+TASK_STATE_SLICE = slice(PROPRIO_SLICES["object_xy"].start, PROPRIO_SLICES["goal_xy"].stop)
 
 # -- actions and chunks ----------------------------------------------------------------------------------
 ACTION_DIM = 3  # end-effector linear velocity (vx, vy, vz), m/s, in WORLD_FRAME

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from diffpolicy_ros.config import ConfigError
-from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, PROPRIO_SLICES, WORKSPACE_HIGH, WORKSPACE_LOW
+from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, TASK_STATE_SLICE, WORKSPACE_HIGH, WORKSPACE_LOW
 from diffpolicy_ros.models.encoders import (
     TEXT_ENCODERS,
     ImageEncoder,
@@ -24,10 +24,6 @@ from diffpolicy_ros.models.encoders import (
     normalized_images,
 )
 from diffpolicy_ros.models.normalizer import StandardNormalizer
-
-# the block and goal xy slots of proprio, adjacent after the joint state in the contract's layout: the task state
-# a vision policy estimates (``features`` appends its estimate to the joint state), and its labels
-TASK_STATE_SLOTS = slice(PROPRIO_SLICES["object_xy"].start, PROPRIO_SLICES["goal_xy"].stop)
 
 
 @dataclass
@@ -65,6 +61,11 @@ class FusionConfig:
     def obs_mode(self) -> str:
         """The sim observations this encoder reads (so the demos and envs it needs): "image" or "state"."""
         return "image" if self.use_images else "state"
+
+    def cameras_feed_only_estimator(self) -> bool:
+        """A staged vision policy: the cameras feed only the task-state estimator, the actor reads its estimate
+        (what staged BC and PPO on simulated estimates need)."""
+        return self.use_images and self.estimate_task_state and self.image_tokens_per_camera == 0
 
 
 class AttentionPool2d(nn.Module):
@@ -138,7 +139,7 @@ class MultimodalEncoder(nn.Module):
         xy (``features``' second output), both scaled to [-1, 1] over the workspace."""
         if prediction is None:
             return obs["proprio"].new_zeros((), dtype=torch.float32)
-        target = self.to_workspace_units(obs["proprio"].float()[..., TASK_STATE_SLOTS])
+        target = self.to_workspace_units(obs["proprio"].float()[..., TASK_STATE_SLICE])
         return self.config.aux_task_state_weight * nn.functional.mse_loss(prediction.float(), target)
 
     def to_workspace_units(self, task_state: torch.Tensor) -> torch.Tensor:

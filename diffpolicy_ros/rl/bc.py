@@ -157,7 +157,7 @@ def train_bc(
     if fusion.use_images and "image_top" not in dataset.obs:
         raise DatasetError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
     staged = cfg.estimator_iters > 0
-    if staged and not (fusion.estimate_task_state and fusion.use_images and fusion.image_tokens_per_camera == 0):
+    if staged and not fusion.cameras_feed_only_estimator():
         raise ConfigError(
             "train.estimator_iters (staged BC) needs a policy whose cameras feed only the task-state estimator: "
             "fusion.use_images true, estimate_task_state true, image_tokens_per_camera 0"

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from diffpolicy_ros.contract import CAMERAS
+from diffpolicy_ros.contract import CAMERAS, TASK_STATE_SLICE
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.encoders import normalized_images
-from diffpolicy_ros.models.fusion import TASK_STATE_SLOTS, MultimodalEncoder
+from diffpolicy_ros.models.fusion import MultimodalEncoder
 
 
 @dataclass
@@ -35,7 +35,7 @@ class EstimatorResult:
 
 def true_task_state(proprio: np.ndarray) -> np.ndarray:
     """[N, 4] block xy, goal xy (metres) from proprio: the labels, never an input."""
-    return proprio[:, TASK_STATE_SLOTS]
+    return proprio[:, TASK_STATE_SLICE]
 
 
 def held_out_steps(dataset: EpisodeDataset, fraction: float) -> tuple[np.ndarray, np.ndarray]:

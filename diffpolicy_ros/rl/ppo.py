@@ -377,8 +377,7 @@ class PPOTrainer:
 
     def _estimator_error(self) -> tuple[float, float]:
         """(block, goal) median errors (m) of a staged policy's estimator, from its checkpoint."""
-        fusion = self.spec.active().fusion
-        if not (fusion.use_images and fusion.estimate_task_state and fusion.image_tokens_per_camera == 0):
+        if not self.spec.active().fusion.cameras_feed_only_estimator():
             raise ConfigError("train.simulated_estimates needs a staged vision policy (cameras feed only its "
                               "task-state estimator: config/policy/diffusion_vision.yaml)")  # fmt: skip
         if not self.estimator_summary:

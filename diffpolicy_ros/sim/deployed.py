@@ -58,7 +58,7 @@ class DeployedChunkEnv(gym.Wrapper):
             raise UserError(f"{type(core).__name__} has no arm to deploy (a deployment needs a push task)")
         self.period, self.tick_dt = core.cfg.control_dt, core.tick_dt
         self.exec_dt = 1.0 / deployment.executor_rate_hz
-        if self.periods_per_decision(deployment.latency_s[1]) > horizon:
+        if periods_per_decision(deployment.latency_s[1], self.period) > horizon:
             raise UserError(
                 f"deploy latency up to {deployment.latency_s[1] * 1e3:.0f} ms outlasts a {horizon}-step chunk "
                 f"({horizon * self.period:.1f} s): the arm would stop between chunks"
@@ -67,9 +67,6 @@ class DeployedChunkEnv(gym.Wrapper):
         self.action_space = spaces.Box(low, high, shape=(horizon, *env.action_space.shape), dtype=np.float32)
         self._latency_rng = np.random.default_rng(0)
         self._begin_episode()
-
-    def periods_per_decision(self, latency: float) -> int:
-        return periods_per_decision(latency, self.period)
 
     def _begin_episode(self) -> None:
         self.latency = float(self._latency_rng.uniform(*self.deployment.latency_s))

@@ -18,7 +18,6 @@ from gymnasium import spaces
 from diffpolicy_ros import contract as C
 
 MEDIAN_RADIUS_PER_SIGMA = math.sqrt(2 * math.log(2))
-TASK_STATE = slice(C.PROPRIO_SLICES["object_xy"].start, C.PROPRIO_SLICES["goal_xy"].stop)
 
 
 class EstimatedTaskState(gym.ObservationWrapper):
@@ -32,6 +31,6 @@ class EstimatedTaskState(gym.ObservationWrapper):
         self.observation_space = spaces.Dict({**env.observation_space.spaces, "task_state_estimate": box})
 
     def observation(self, obs: dict) -> dict:
-        truth = np.asarray(obs["proprio"], dtype=np.float64)[TASK_STATE]
+        truth = np.asarray(obs["proprio"], dtype=np.float64)[C.TASK_STATE_SLICE]
         estimate = truth + self.np_random.normal(0.0, self.sigma)
         return {**obs, "task_state_estimate": estimate.astype(np.float32)}

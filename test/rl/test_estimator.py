@@ -114,8 +114,9 @@ def test_staged_bc_needs_a_policy_whose_cameras_feed_only_the_estimator(image_de
 def test_ppo_fine_tunes_a_staged_policys_actor_on_simulated_estimates_without_cameras(image_demos, tmp_path):
     """train.simulated_estimates: rollouts render nothing and hand the actor the true block and goal moved by the
     estimator's measured error; the evaluation still runs the cameras; PPO checkpoints keep the measured error."""
+    from diffpolicy_ros.contract import TASK_STATE_SLICE
     from diffpolicy_ros.rl.ppo import PPOConfig, PPORun, PPOTrainer
-    from diffpolicy_ros.sim.estimated_state import MEDIAN_RADIUS_PER_SIGMA, TASK_STATE
+    from diffpolicy_ros.sim.estimated_state import MEDIAN_RADIUS_PER_SIGMA
 
     train = BCConfig(iters=2, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=2, eval_episodes=1,
                      final_eval_episodes=1, device="cpu")  # fmt: skip
@@ -126,7 +127,7 @@ def test_ppo_fine_tunes_a_staged_policys_actor_on_simulated_estimates_without_ca
     trainer = PPOTrainer(run, tmp_path / "ppo", progress=False)
     rollout = trainer.collect_rollout()
     assert "task_state_estimate" in rollout.obs and not any(k.startswith("image_") for k in rollout.obs)
-    error = rollout.obs["task_state_estimate"] - rollout.obs["proprio"][..., TASK_STATE]
+    error = rollout.obs["task_state_estimate"] - rollout.obs["proprio"][..., TASK_STATE_SLICE]
     sigma = bc["estimator"]["block_median_mm"] / 1e3 / MEDIAN_RADIUS_PER_SIGMA
     assert 0.3 * sigma < np.std(error[..., :2]) < 3 * sigma
     result = trainer.train()
