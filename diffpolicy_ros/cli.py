@@ -168,7 +168,7 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
 
     run = load_bc_run(args.config)
     keys = ("iters", "batch_size", "device", "seed", "eval_every", "eval_episodes", "final_eval_episodes",
-            "estimator_iters")  # fmt: skip
+            "estimator_iters", "estimator_from")  # fmt: skip
     run.train = override(run.train, **{key: getattr(args, key) for key in keys})
     data = args.data
     if data.is_dir() or data.suffix in (".mcap", ".db3"):  # rosbag2 bags, through the live preprocessing
@@ -456,6 +456,8 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
     bc.add_argument("--eval-episodes", type=int, default=None)
     bc.add_argument("--final-eval-episodes", type=int, default=None)
     bc.add_argument("--estimator-iters", type=int, default=None, help="staged BC: the estimator's iterations")
+    bc.add_argument("--estimator-from", default=None, metavar="CHECKPOINT",
+                    help="staged BC: copy the estimator of this staged checkpoint (frozen) instead of training one")
     bc.add_argument("--topic-map", type=Path, default=None, help="bags: the cell's topic names (a role: topic YAML)")
     bc.add_argument("--json", action="store_true")
     _threads_option(bc)

@@ -115,6 +115,8 @@ def test_the_cheap_readme_commands_run_in_order_in_a_fresh_folder(tmp_path):
         args = cli_args(line)
         if args[0] not in RUN_FOR_REAL or "bench" in args:
             continue
+        if "runs/vision/" in line:  # reads `make vision-policy`'s demos and checkpoint: test_estimator.py covers it
+            continue
         if args[0] == "plot":  # needs a PPO run: plot the BC run the commands above made
             args = ["plot", "runs/latest"]
         result = subprocess.run(

@@ -39,7 +39,7 @@ from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_
 from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
-from diffpolicy_ros.rl.estimator import train_estimator, true_task_state
+from diffpolicy_ros.rl.estimator import copy_estimator, train_estimator, true_task_state
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, RunDir, as_run_dir
 
@@ -71,6 +71,11 @@ class BCConfig(Checked):
     estimator_batch_size: int = 32
     estimator_lr: float = 3e-3  # measured on push: per second of CPU, batch 32 at 3e-3 beat batch 64 at 1e-3
     estimator_holdout: float = 0.1  # the share of episodes (the last ones) the estimator's error is measured on
+    # staged BC from an estimator already trained: a staged checkpoint whose estimator is copied, frozen and
+    # measured on this dataset's held-out episodes instead of training one (estimator_iters is then unused), so
+    # a new actor on the same cameras costs only its own stage. The measure is honest when the source trained
+    # on the same demonstrations (the same held-out episodes)
+    estimator_from: str = ""
     seed: int = 0
     device: str = "auto"
 
@@ -156,11 +161,11 @@ def train_bc(
     obs_mode = run.obs_mode()
     if fusion.use_images and "image_top" not in dataset.obs:
         raise DatasetError(f"{data_path}: the policy uses images but the dataset has none (record with --images)")
-    staged = cfg.estimator_iters > 0
+    staged = cfg.estimator_iters > 0 or bool(cfg.estimator_from)
     if staged and not fusion.cameras_feed_only_estimator():
         raise ConfigError(
-            "train.estimator_iters (staged BC) needs a policy whose cameras feed only the task-state estimator: "
-            "fusion.use_images true, estimate_task_state true, image_tokens_per_camera 0"
+            "train.estimator_iters / estimator_from (staged BC) needs a policy whose cameras feed only the "
+            "task-state estimator: fusion.use_images true, estimate_task_state true, image_tokens_per_camera 0"
         )
     horizon = spec.active().horizon
     targets = chunk_targets(dataset, horizon)
@@ -179,11 +184,16 @@ def train_bc(
     start = time.perf_counter()
     estimator = None
     if staged:
+        if cfg.estimator_from:
+            copy_estimator(cfg.estimator_from, policy.encoder)
         estimator = train_estimator(
-            policy.encoder, dataset, iters=cfg.estimator_iters, batch_size=cfg.estimator_batch_size,
-            lr=cfg.estimator_lr, holdout=cfg.estimator_holdout, image_shift=cfg.image_shift, rng=rng, gen=gen,
+            policy.encoder, dataset, iters=0 if cfg.estimator_from else cfg.estimator_iters,
+            batch_size=cfg.estimator_batch_size, lr=cfg.estimator_lr, holdout=cfg.estimator_holdout,
+            image_shift=cfg.image_shift, rng=rng, gen=gen,
             device=device, progress=progress,
         )  # fmt: skip
+        if cfg.estimator_from:
+            estimator.summary["from"] = cfg.estimator_from
         for param in policy.encoder.estimator_parameters():
             param.requires_grad_(False)
         true_state = true_task_state(dataset.obs["proprio"])

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import CAMERAS, TASK_STATE_SLICE
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import EpisodeDataset
+from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.encoders import normalized_images
 from diffpolicy_ros.models.fusion import MultimodalEncoder
 
@@ -58,7 +60,8 @@ def train_estimator(
     device: torch.device,
     progress: bool = True,
 ) -> EstimatorResult:
-    """Train ``encoder``'s estimator in place (its other weights untouched), then measure it on held-out episodes."""
+    """Train ``encoder``'s estimator in place (its other weights untouched), then measure it on held-out episodes.
+    ``iters`` 0: measure it as it is (an estimator copied from another run, ``copy_estimator``)."""
     start = time.perf_counter()
     frames = {cam: torch.from_numpy(dataset.obs[f"image_{cam}"]) for cam in CAMERAS}  # uint8, decoded once
     truth = torch.from_numpy(true_task_state(dataset.obs["proprio"])).float()
@@ -67,7 +70,8 @@ def train_estimator(
 
     params = encoder.estimator_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-6)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: 0.5 * (1 + math.cos(math.pi * it / iters)))
+    span = max(1, iters)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: 0.5 * (1 + math.cos(math.pi * it / span)))
     encoder.train()
     losses: list[float] = []
     bar = tqdm(range(iters), desc="estimator", unit="it", disable=not progress)
@@ -95,7 +99,7 @@ def train_estimator(
         "block_p90_mm": round(float(np.percentile(block_mm, 90)), 2),
         "goal_median_mm": round(float(np.median(goal_mm)), 2),
         "goal_p90_mm": round(float(np.percentile(goal_mm, 90)), 2),
-        "final_loss": float(np.mean(losses[-50:])),
+        "final_loss": float(np.mean(losses[-50:])) if losses else None,
         "wall_s": round(time.perf_counter() - start, 1),
     }
     return EstimatorResult(residuals.astype(np.float32), summary)
@@ -112,3 +116,16 @@ def estimate(encoder: MultimodalEncoder, frames: dict, steps: np.ndarray, device
         prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
         out.append(encoder.to_metres(prediction.float()).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 4), np.float32)
+
+
+def copy_estimator(path: str, encoder: MultimodalEncoder) -> None:
+    """Load the estimator (keypoint CNN and head) of the staged checkpoint at ``path`` into ``encoder``."""
+    source, _ = load_policy(path)
+    theirs = source.encoder
+    if not (getattr(theirs, "estimates_task_state", False) and encoder.estimates_task_state):
+        raise ConfigError(f"train.estimator_from {path}: both policies must estimate the task state from the cameras")
+    try:
+        for name in ("keypoints", "aux_task_state"):
+            getattr(encoder, name).load_state_dict(getattr(theirs, name).state_dict(), strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"train.estimator_from {path}: its estimator does not fit this policy's ({exc})") from exc

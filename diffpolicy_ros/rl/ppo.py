@@ -159,6 +159,9 @@ class PPOConfig(Checked):
     max_grad_norm: float = 1.0  # actor and critic each clipped to this norm
     actor_lr: float = 1e-4
     critic_lr: float = 1e-3
+    # CleanRL's anneal_lr: both learning rates fall linearly to 0 over the run's iterations, so late updates,
+    # those the final policy is made of, are small
+    anneal_lr: bool = False
     critic_warmup_iters: int = 2
     # Stop the update at the first minibatch whose approx-KL (the policy so far vs the rollout policy) exceeds
     # this, before stepping on it (as Spinning Up does per step; CleanRL checks once per epoch, which lets one
@@ -752,6 +755,10 @@ class PPOTrainer:
             if rollout is None:
                 break
             t1 = time.perf_counter()
+            if cfg.anneal_lr:
+                frac = 1.0 - self.iteration / total
+                self.actor_opt.param_groups[0]["lr"] = frac * cfg.actor_lr
+                self.critic_opt.param_groups[0]["lr"] = frac * cfg.critic_lr
             batch = self.prepare_batch(rollout)
             stats = self.update(batch)
             if self.interrupted():  # a partial update is not an iteration: the last checkpoint stands

@@ -103,6 +103,33 @@ def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demo
     assert chunk.shape == (1, 16, 3) and np.isfinite(chunk).all()  # deployed, it reads the cameras
 
 
+def test_staged_bc_from_an_estimator_already_trained_copies_it_and_measures_it_again(image_demos, tmp_path):
+    """train.estimator_from: a new actor (here the few-step one) on another run's estimator, which is copied,
+    frozen and measured on the same held-out episodes; a source without an estimator is refused."""
+    train = BCConfig(iters=2, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=2, eval_episodes=1,
+                     final_eval_episodes=1, device="cpu")  # fmt: skip
+    source = train_bc(BCRun(policy=STAGED_POLICY, train=train), image_demos, tmp_path / "source", progress=False)
+    few_step = {"kind": "diffusion", "diffusion": {**STAGED_POLICY["diffusion"], "objective": "flow",
+                                                   "ddim_steps": 1, "flow": {"shortcut": True}}}  # fmt: skip
+    reuse = BCConfig(**{**train.__dict__, "estimator_iters": 0, "estimator_from": source["checkpoint"]})
+    result = train_bc(BCRun(policy=few_step, train=reuse), image_demos, tmp_path / "reuse", progress=False)
+
+    assert result["estimator"]["from"] == source["checkpoint"] and result["estimator"]["iters"] == 0
+    for key in ("block_median_mm", "goal_median_mm", "held_out_steps"):
+        assert result["estimator"][key] == source["estimator"][key], key
+    theirs, _ = load_policy(source["checkpoint"], "cpu")
+    ours, _ = load_policy(result["checkpoint"], "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(theirs.encoder.estimator_parameters(),
+                                                 ours.encoder.estimator_parameters()))  # fmt: skip
+
+    state_policy = {"kind": "diffusion", "diffusion": {"fusion": {"dim": 32, "heads": 2, "use_images": False}}}
+    plain = train_bc(BCRun(policy=state_policy, train=BCConfig(iters=1, final_eval_episodes=1, device="cpu")),
+                     image_demos, tmp_path / "plain", progress=False)  # fmt: skip
+    refused = BCConfig(**{**reuse.__dict__, "estimator_from": plain["checkpoint"]})
+    with pytest.raises(ConfigError, match="estimate the task state"):
+        train_bc(BCRun(policy=few_step, train=refused), image_demos, tmp_path / "refused", progress=False)
+
+
 def test_staged_bc_needs_a_policy_whose_cameras_feed_only_the_estimator(image_demos, tmp_path):
     joint = {"kind": "diffusion", "diffusion": {"fusion": {**STAGED_POLICY["diffusion"]["fusion"],
                                                            "image_tokens_per_camera": 4}}}  # fmt: skip

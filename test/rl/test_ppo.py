@@ -232,14 +232,20 @@ def test_a_stop_mid_iteration_drops_the_rollout_or_update_instead_of_finishing_i
 
 
 @pytest.mark.quick
-def test_resume_is_exact(tmp_path):
-    straight = PPOTrainer(tiny_run(), tmp_path / "straight", progress=False)
+@pytest.mark.parametrize("anneal_lr", [False, True])
+def test_resume_is_exact(tmp_path, anneal_lr):
+    straight = PPOTrainer(tiny_run(anneal_lr=anneal_lr), tmp_path / "straight", progress=False)
     straight.train()
     assert straight.iteration == 4
+    # annealed: the last of 4 updates steps at a quarter of the configured rate (CleanRL's linear decay)
+    cfg = straight.run.train
+    assert straight.actor_opt.param_groups[0]["lr"] == pytest.approx(cfg.actor_lr * (0.25 if anneal_lr else 1.0))
+    assert straight.critic_opt.param_groups[0]["lr"] == pytest.approx(cfg.critic_lr * (0.25 if anneal_lr else 1.0))
 
-    first = PPOTrainer(tiny_run(), tmp_path / "split", progress=False)
+    first = PPOTrainer(tiny_run(anneal_lr=anneal_lr), tmp_path / "split", progress=False)
     first.train(until_iteration=2)
-    resumed = PPOTrainer(tiny_run(), tmp_path / "split", resume=latest_checkpoint(tmp_path / "split"), progress=False)
+    resume = latest_checkpoint(tmp_path / "split")
+    resumed = PPOTrainer(tiny_run(anneal_lr=anneal_lr), tmp_path / "split", resume=resume, progress=False)
     assert resumed.iteration == 2
     resumed.train()
 
