@@ -35,8 +35,7 @@ def evaluate_deployed(
     start = time.perf_counter()
     predictor = ChunkPredictor(policy, device)
     env = DeployedChunkEnv(make_env(task, obs_mode=obs_mode, **(env_kwargs or {})), deployment, policy.config.horizon)
-    # real-time chunking freezes what runs during inference: up to the cell's longest latency
-    rtc = RealTimeChunking(frozen_s=deployment.latency_s[1]) if deployment.real_time_chunking else None
+    rtc = RealTimeChunking() if deployment.real_time_chunking else None
     successes, lengths, latencies, jumps = [], [], [], []
     counts = dict.fromkeys((*FILTER_COUNTS, "switch_accel_clips"), 0)
     bar = tqdm(range(episodes), desc=f"eval {task} as deployed", unit="ep", disable=not progress)
@@ -44,6 +43,8 @@ def evaluate_deployed(
         obs, _ = env.reset(seed=seed + i)
         generator = torch.Generator().manual_seed(seed + i)
         previous, previous_stamp = None, 0.0  # the policy's last chunk: what real-time chunking continues
+        if rtc:  # it freezes what runs during inference: the latency the policy node measures, the episode's
+            rtc.frozen_s = env.latency
         done, info = False, {}
         while not done:
             committed = rtc.committed(previous, previous_stamp, env.now, env.period) if rtc else None

@@ -22,7 +22,16 @@ import numpy as np
 @dataclass
 class RealTimeChunking:
     frozen_s: float = 0.1  # how long a chunk takes to reach the executor (the inference latency, rounded up)
-    blend_steps: int = 4  # after the frozen steps, weights fall from 1 to 0 over this many chunk steps
+    # after the frozen steps, weights fall from 1 to 0 over this many chunk steps. The graph re-plans every
+    # control period, so the steps after the frozen one are the ones the arm plays next: a long fade pins them to
+    # a plan one period older (4 steps: success 0.97 -> 0.77 as deployed with DDIM-10); one keeps the switch
+    # smooth and the policy in charge (docs/experiments.md)
+    blend_steps: int = 1
+    # when a new chunk typically takes over, after its stamp (None: frozen_s). The two chunks are aligned at that
+    # moment: stamps are the observations' (a camera's), off the control-period grid, so a step count rounded
+    # from their difference pairs the wrong steps whenever the switch falls near a step boundary, as it does
+    # for a policy much faster than the period
+    switch_s: float | None = None
 
     def committed(
         self, previous: np.ndarray | None, previous_stamp: float, stamp: float, dt: float
@@ -32,7 +41,10 @@ class RealTimeChunking:
         if previous is None:
             return None
         horizon = len(previous)
-        offset = int(round((stamp - previous_stamp) / dt))  # the previous chunk's step at the new chunk's start
+        # the previous chunk's step playing at the switch, less the new chunk's: the executor's indices then
+        # (safety/chunk_player.py)
+        switch = self.frozen_s if self.switch_s is None else self.switch_s
+        offset = math.floor((stamp - previous_stamp + switch) / dt + 1e-9) - math.floor(switch / dt + 1e-9)
         index = np.arange(horizon) + offset
         inside = (index >= 0) & (index < horizon)  # past its end the executor commands zero: nothing to continue
         actions = np.where(inside[:, None], previous[np.clip(index, 0, horizon - 1)], 0.0).astype(np.float32)

@@ -91,7 +91,7 @@ class PolicyNode(Node):
         # frozen is what plays until a chunk is out, measured here as the observation -> publish delay
         self.rtc = RealTimeChunking() if flag(self, "real_time_chunking", False, "continue the playing chunk") else None
         self.last_chunk: tuple[np.ndarray, float] | None = None  # the last chunk published, and its stamp
-        self.publish_delays: deque[float] = deque(maxlen=20)
+        self.compute_s: deque[float] = deque(maxlen=20)  # inference start -> publish, the last chunks (s)
         if self.allow_unproven and self.min_success > 0:
             self.get_logger().warn(
                 f"allow_unproven:=true — the deploy gate (min_success {self.min_success:g}) is OFF: a checkpoint "
@@ -264,9 +264,13 @@ class PolicyNode(Node):
     def infer(self, predictor: ChunkPredictor, obs: dict, stamp: float) -> None:
         try:
             start = time.perf_counter()
+            begun = self.get_clock().now().nanoseconds * 1e-9
             committed = None
             if self.rtc is not None and self.last_chunk is not None:
-                self.rtc.frozen_s = max(self.publish_delays, default=self.dt)
+                # the observation's age is known now; only the time to compute and publish is not: the recent ones
+                recent = self.compute_s or [self.dt]
+                self.rtc.switch_s = begun - stamp + float(np.median(recent))  # when the chunk most likely lands
+                self.rtc.frozen_s = begun - stamp + max(recent)  # what may run before it lands
                 committed = self.rtc.committed(*self.last_chunk, stamp, self.dt)
             chunk = predictor(obs, committed=committed)[0]
             if self.extra_latency:
@@ -280,7 +284,7 @@ class PolicyNode(Node):
             self.pub.publish(chunk_to_trajectory(chunk, sec_to_stamp(stamp), self.dt, self.frame_id))
             self.stats["chunks"] += 1
             self.last_chunk = (chunk, stamp)
-            self.publish_delays.append(self.get_clock().now().nanoseconds * 1e-9 - stamp)
+            self.compute_s.append(self.get_clock().now().nanoseconds * 1e-9 - begun)
             if self.ee_position is not None:
                 self.pub_markers.publish(
                     chunk_path_markers(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy, DiffusionPolicyConfig
@@ -14,6 +14,7 @@ from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.models.native import has_cxx_compiler
 from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
+from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 from diffpolicy_ros.sim import make_env
 
 DT = 0.1
@@ -34,6 +35,33 @@ def test_committed_actions_are_the_playing_chunk_at_the_same_times(offset, froze
             assert weights[j] == 0.0
     assert np.all(np.diff(weights[: max(0, 16 - offset)]) <= 0)  # never pinned harder later
     assert RealTimeChunking().committed(None, 0.0, 1.0, DT) is None
+
+
+def _off_grid(x: float) -> bool:
+    return abs(x - round(x)) > 1e-6
+
+
+@pytest.mark.quick
+@settings(max_examples=200, deadline=None)
+@given(previous_stamp=st.floats(0.0, 100.0), gap=st.floats(0.001, 1.2), switch=st.floats(0.0, 0.25))
+def test_the_switch_lands_on_the_action_the_arm_plays_with_stamps_off_the_grid(previous_stamp, gap, switch):
+    """Stamps are the observations' (a camera's), off the control-period grid: at the moment the new chunk takes
+    over, the executor plays the new chunk's committed action, and it is the one the old chunk was playing."""
+    stamp, at = previous_stamp + gap, previous_stamp + gap + switch
+    assume(_off_grid((at - previous_stamp) / DT) and _off_grid((at - stamp) / DT))
+    previous = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    player = ChunkPlayer(DT)
+    player.offer(previous, previous_stamp, previous_stamp)
+    playing, k_old = player.command(at)
+    actions, weights = RealTimeChunking(frozen_s=switch).committed(previous, previous_stamp, stamp, DT)
+    assert player.offer(actions, stamp, at) is None
+    switched, k_new = player.command(at)
+    assert k_new == int(np.floor(switch / DT))
+    if k_old is None:  # the old chunk had ended: the arm was stopping, nothing to continue
+        assert weights[k_new] == 0.0
+    else:
+        np.testing.assert_array_equal(switched, playing)
+        assert weights[k_new] == 1.0  # frozen: it runs before the chunk lands
 
 
 @pytest.fixture(scope="module")
