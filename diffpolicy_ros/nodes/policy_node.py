@@ -88,7 +88,7 @@ class PolicyNode(Node):
                                   description="load only checkpoints with a held-out success >= this (0: no gate)")
         self.allow_unproven = flag(self, "allow_unproven", False, "lift the deploy gate (said loudly)")
         # real-time chunking: each chunk continues the one the arm plays (models/realtime_chunking.py); what is
-        # frozen is what plays until a chunk is out, measured here as the observation -> publish delay
+        # frozen is what plays until a chunk is out: the observation's age plus this node's recent compute times
         self.rtc = RealTimeChunking() if flag(self, "real_time_chunking", False, "continue the playing chunk") else None
         self.last_chunk: tuple[np.ndarray, float] | None = None  # the last chunk published, and its stamp
         self.compute_s: deque[float] = deque(maxlen=20)  # inference start -> publish, the last chunks (s)

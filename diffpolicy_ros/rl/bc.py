@@ -184,13 +184,12 @@ def train_bc(
     start = time.perf_counter()
     estimator = None
     if staged:
-        if cfg.estimator_from:
+        if cfg.estimator_from:  # one already trained: copied, then only measured (0 iterations)
             copy_estimator(cfg.estimator_from, policy.encoder)
         estimator = train_estimator(
             policy.encoder, dataset, iters=0 if cfg.estimator_from else cfg.estimator_iters,
             batch_size=cfg.estimator_batch_size, lr=cfg.estimator_lr, holdout=cfg.estimator_holdout,
-            image_shift=cfg.image_shift, rng=rng, gen=gen,
-            device=device, progress=progress,
+            image_shift=cfg.image_shift, rng=rng, gen=gen, device=device, progress=progress,
         )  # fmt: skip
         if cfg.estimator_from:
             estimator.summary["from"] = cfg.estimator_from
