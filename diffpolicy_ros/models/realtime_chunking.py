@@ -14,6 +14,7 @@ so the rest of the chunk is sampled to continue them and the switch lands on the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,3 +54,17 @@ class RealTimeChunking:
         fade = np.clip(1.0 - (steps - frozen + 1) / (self.blend_steps + 1), 0.0, 1.0)  # 1 ... 1, then linearly to 0
         weights = np.where(steps < frozen, 1.0, fade) * inside
         return actions, weights.astype(np.float32)
+
+
+def next_tick(ticks: Sequence[float], t: float) -> float:
+    """The first tick at or after ``t`` of a periodic timer that ticked at ``ticks`` (its recent tick times,
+    oldest first); ``t`` itself when fewer than two are known. The executor takes a new chunk over at its next
+    tick after the chunk lands (up to one executor period later), and pairing the chunks at the landing moment
+    instead pairs the wrong steps whenever an old step ends in between."""
+    if len(ticks) < 2:
+        return t
+    period = float(np.median(np.diff(ticks)))
+    if not period > 0:
+        return t
+    last = ticks[-1]
+    return last + math.ceil((t - last) / period - 1e-6) * period

@@ -20,7 +20,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -33,6 +33,7 @@ from diffpolicy_ros.messages.conversions import (
     MessageError,
     chunk_to_trajectory,
     sec_to_stamp,
+    stamp_to_sec,
 )
 from diffpolicy_ros.messages.markers import chunk_path_markers
 from diffpolicy_ros.messages.observation import (
@@ -50,7 +51,7 @@ from diffpolicy_ros.models.checkpoint import (
 )
 from diffpolicy_ros.models.inference import ChunkPredictor, uses_native_kernel
 from diffpolicy_ros.models.native import native_kernel
-from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
+from diffpolicy_ros.models.realtime_chunking import RealTimeChunking, next_tick
 from diffpolicy_ros.nodes.common import (
     COMMAND_QOS,
     LATCHED_QOS,
@@ -88,10 +89,12 @@ class PolicyNode(Node):
                                   description="load only checkpoints with a held-out success >= this (0: no gate)")
         self.allow_unproven = flag(self, "allow_unproven", False, "lift the deploy gate (said loudly)")
         # real-time chunking: each chunk continues the one the arm plays (models/realtime_chunking.py); what is
-        # frozen is what plays until a chunk is out: the observation's age plus this node's recent compute times
+        # frozen is what plays until the executor takes the chunk over: the observation's age, this node's recent
+        # compute times, then the wait for the executor's next tick (its phase read from its commands' stamps)
         self.rtc = RealTimeChunking() if flag(self, "real_time_chunking", False, "continue the playing chunk") else None
         self.last_chunk: tuple[np.ndarray, float] | None = None  # the last chunk published, and its stamp
         self.compute_s: deque[float] = deque(maxlen=20)  # inference start -> publish, the last chunks (s)
+        self.executor_ticks: deque[float] = deque(maxlen=20)  # stamps of the executor's last commands (s)
         if self.allow_unproven and self.min_success > 0:
             self.get_logger().warn(
                 f"allow_unproven:=true — the deploy gate (min_success {self.min_success:g}) is OFF: a checkpoint "
@@ -138,6 +141,8 @@ class PolicyNode(Node):
         self.create_subscription(PoseStamped, C.GOAL_POSE_TOPIC, lambda m: self.on_pose("goal", m), SENSOR_QOS)
         self.create_subscription(String, C.INSTRUCTION_TOPIC, self.on_instruction, LATCHED_QOS)
         self.create_subscription(String, C.CHECKPOINT_TOPIC, lambda m: self.request_reload(m.data), LATCHED_QOS)
+        if self.rtc is not None:
+            self.create_subscription(TwistStamped, C.CMD_TWIST_TOPIC, self.on_executor_command, COMMAND_QOS)
         self.create_timer(1.0 / rate_hz, self.tick)
         self.create_timer(1.0, self.report)
         self.add_on_set_parameters_callback(self.on_set_parameters)  # ros2 param set ... checkpoint FILE
@@ -173,6 +178,9 @@ class PolicyNode(Node):
     def on_ee_pose(self, msg: PoseStamped) -> None:
         p = msg.pose.position
         self.ee_position = np.array([p.x, p.y, p.z])
+
+    def on_executor_command(self, msg: TwistStamped) -> None:
+        self.executor_ticks.append(stamp_to_sec(msg.header.stamp))
 
     # ------------------------------------------------------------------ checkpoints
     def request_reload(self, path: str) -> None:
@@ -267,10 +275,11 @@ class PolicyNode(Node):
             begun = self.get_clock().now().nanoseconds * 1e-9
             committed = None
             if self.rtc is not None and self.last_chunk is not None:
-                # the observation's age is known now; only the time to compute and publish is not: the recent ones
-                recent = self.compute_s or [self.dt]
-                self.rtc.switch_s = begun - stamp + float(np.median(recent))  # when the chunk most likely lands
-                self.rtc.frozen_s = begun - stamp + max(recent)  # what may run before it lands
+                # the observation's age is known now; only the time to compute and publish is not: the recent ones.
+                # The executor takes the chunk over at its first tick after it lands.
+                recent, ticks = self.compute_s or [self.dt], list(self.executor_ticks)
+                self.rtc.switch_s = next_tick(ticks, begun + float(np.median(recent))) - stamp  # most likely
+                self.rtc.frozen_s = next_tick(ticks, begun + max(recent)) - stamp  # what may run before then
                 committed = self.rtc.committed(*self.last_chunk, stamp, self.dt)
             chunk = predictor(obs, committed=committed)[0]
             if self.extra_latency:

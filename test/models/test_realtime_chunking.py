@@ -13,7 +13,7 @@ from diffpolicy_ros.models.flow import FlowConfig
 from diffpolicy_ros.models.fusion import FusionConfig
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.models.native import has_cxx_compiler
-from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
+from diffpolicy_ros.models.realtime_chunking import RealTimeChunking, next_tick
 from diffpolicy_ros.safety.chunk_player import ChunkPlayer
 from diffpolicy_ros.sim import make_env
 
@@ -62,6 +62,42 @@ def test_the_switch_lands_on_the_action_the_arm_plays_with_stamps_off_the_grid(p
     else:
         np.testing.assert_array_equal(switched, playing)
         assert weights[k_new] == 1.0  # frozen: it runs before the chunk lands
+
+
+@pytest.mark.quick
+@settings(max_examples=200, deadline=None)
+@given(
+    previous_stamp=st.floats(0.0, 100.0),
+    gap=st.floats(0.02, 0.2),
+    compute=st.floats(0.001, 0.09),
+    phase=st.floats(0.0, 1.0),
+    rate_hz=st.sampled_from([10.0, 30.0, 100.0]),
+)
+def test_the_executor_takes_the_chunk_over_at_its_next_tick_on_the_action_it_was_playing(
+    previous_stamp, gap, compute, phase, rate_hz
+):
+    """The graph's timing: a chunk lands ``compute`` after its observation's stamp, the executor, ticking on its own
+    phase, takes it over at its next tick; pairing at that tick (from its earlier ticks) continues the old chunk."""
+    period = 1.0 / rate_hz
+    stamp = previous_stamp + gap
+    lands = stamp + compute
+    first = previous_stamp + phase * period
+    ticks = [first + i * period for i in range(int((lands - first) / period) + 1) if first + i * period < lands]
+    takeover = next_tick(ticks[-5:], lands)
+    assert takeover >= lands - 1e-9 and takeover - lands < period + 1e-9
+    assume(_off_grid((takeover - previous_stamp) / DT) and _off_grid((takeover - stamp) / DT))
+    previous = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    player = ChunkPlayer(DT)
+    player.offer(previous, previous_stamp, previous_stamp)
+    playing, k_old = player.command(takeover)
+    rtc = RealTimeChunking(frozen_s=takeover - stamp, switch_s=takeover - stamp)
+    actions, weights = rtc.committed(previous, previous_stamp, stamp, DT)
+    assert player.offer(actions, stamp, lands) is None
+    switched, k_new = player.command(takeover)
+    if k_old is not None:
+        np.testing.assert_array_equal(switched, playing)
+        assert weights[k_new] == 1.0
+    assert next_tick(ticks[-1:], lands) == lands  # one tick gives no period: the landing moment
 
 
 @pytest.fixture(scope="module")
