@@ -143,10 +143,11 @@ def offline(streams: int, ticks: int, limits: SafetyLimits, seed: int = 0) -> di
     }
 
 
-def constant_velocity_checkpoint(path: Path, velocity, use_task_state: bool = False) -> Path:
+def constant_velocity_checkpoint(path: Path, velocity, use_task_state: bool = False, span: float = 0.0) -> Path:
     """A real (untrained) camera + joint-state (+ block/goal pose with ``use_task_state``) diffusion policy
-    whose action range is one velocity: every chunk it predicts is that velocity. For checking the plumbing,
-    not a policy's skill."""
+    whose action range is one velocity (± ``span``): every chunk it predicts is that velocity. For checking the
+    plumbing, not a policy's skill. A span > 0 lets actions be normalised, as real-time chunking's committed
+    actions are."""
     import torch
 
     from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
@@ -160,8 +161,8 @@ def constant_velocity_checkpoint(path: Path, velocity, use_task_state: bool = Fa
     )
     policy = build_policy(spec)
     v = torch.tensor(velocity, dtype=torch.float32)
-    policy.action_norm.low.copy_(v)
-    policy.action_norm.high.copy_(v)
+    policy.action_norm.low.copy_(v - span)
+    policy.action_norm.high.copy_(v + span)
     return save_checkpoint(path, make_payload(spec, policy, CheckpointMeta(source="test", obs_mode="image")))
 
 
