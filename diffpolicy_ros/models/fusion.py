@@ -164,11 +164,15 @@ class MultimodalEncoder(nn.Module):
     def forward(self, obs: dict) -> torch.Tensor:
         return self.features(obs, predict=False)[0]
 
-    def estimator_parameters(self) -> list[nn.Parameter]:
-        """The task-state estimator's weights (keypoint CNN and head): what staged BC trains first."""
+    def estimator_modules(self) -> dict[str, nn.Module]:
+        """The task-state estimator (keypoint CNN and head) by attribute name; empty when there is none."""
         if not self.estimates_task_state:
-            return []
-        return [*self.keypoints.parameters(), *self.aux_task_state.parameters()]
+            return {}
+        return {"keypoints": self.keypoints, "aux_task_state": self.aux_task_state}
+
+    def estimator_parameters(self) -> list[nn.Parameter]:
+        """The task-state estimator's weights: what staged BC trains first."""
+        return [param for module in self.estimator_modules().values() for param in module.parameters()]
 
     def estimate_task_state(self, images: list[torch.Tensor]) -> torch.Tensor:
         """Normalized camera images -> the block and goal xy [B, 4] in workspace units ([-1, 1])."""

@@ -121,11 +121,11 @@ def estimate(encoder: MultimodalEncoder, frames: dict, steps: np.ndarray, device
 def copy_estimator(path: str, encoder: MultimodalEncoder) -> None:
     """Load the estimator (keypoint CNN and head) of the staged checkpoint at ``path`` into ``encoder``."""
     source, _ = load_policy(path)
-    theirs = source.encoder
-    if not (getattr(theirs, "estimates_task_state", False) and encoder.estimates_task_state):
+    theirs, ours = getattr(source.encoder, "estimator_modules", dict)(), encoder.estimator_modules()
+    if not (theirs and ours):
         raise ConfigError(f"train.estimator_from {path}: both policies must estimate the task state from the cameras")
     try:
-        for name in ("keypoints", "aux_task_state"):
-            getattr(encoder, name).load_state_dict(getattr(theirs, name).state_dict(), strict=True)
+        for name, module in ours.items():
+            module.load_state_dict(theirs[name].state_dict(), strict=True)
     except RuntimeError as exc:
         raise CheckpointError(f"train.estimator_from {path}: its estimator does not fit this policy's ({exc})") from exc
