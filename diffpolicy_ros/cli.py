@@ -60,12 +60,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """Every option's default in --help, also for options without a help text (None and False say nothing)."""
+    """Every option's default in --help, also for options without a help text: a value (0 too), ``none`` for
+    an option that is off unless given, or the help's own words where it says what the default is (``default:
+    the config's``). Flags (store_true) and required options have none to show."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
-            if "%(default)" not in (action.help or ""):
-                action.help = f"{action.help or ''} (default: %(default)s)".strip()
+        help_text = action.help or ""
+        flag = action.nargs == 0
+        if action.option_strings and not (flag or action.required or action.default is argparse.SUPPRESS):
+            if "default:" not in help_text:
+                shown = "none" if action.default is None else "%(default)s"
+                action.help = f"{help_text} (default: {shown})".strip()
         return super()._format_action(action)
 
 
@@ -192,7 +197,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     run = load_ppo_run(args.config)
     if args.init is not None:
         run.init = str(args.init)
-    keys = ("device", "seed", "total_env_steps", "n_envs")
+    keys = ("device", "seed", "total_env_steps", "n_envs", "eval_episodes")
     sampler = override(run.train.sampler, ddim_steps=args.ddim_steps)
     run.train = override(run.train, sampler=sampler, **{key: getattr(args, key) for key in keys})
     if args.deploy is not None:  # fine-tune in the sim as deployed: executor, filter core, the cell's latency
@@ -315,7 +320,7 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.policy import bench_policy
 
     _print_json_or_table(
-        bench_policy(args.checkpoint, args.device, args.iters, args.backend, args.threads, config=args.config),
+        bench_policy(args.checkpoint, args.device, args.iters, args.backend, args.threads, args.config, args.busy),
         args.json,
     )
     return 0
@@ -364,7 +369,7 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
 def cmd_bench_ros(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.ros import bench_ros
 
-    _print_json_or_table(bench_ros(duration_s=args.duration, checkpoint=args.checkpoint), args.json)
+    _print_json_or_table(bench_ros(duration_s=args.duration, checkpoint=args.checkpoint, busy=args.busy), args.json)
     return 0
 
 
@@ -448,14 +453,18 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
     )
     bc.add_argument("--config", type=Path, required=True, help="e.g. config/policy/diffusion.yaml")
     bc.add_argument("--run-dir", type=Path, default=Path("runs"), help="writes RUN_DIR/bc-<timestamp>/")
-    bc.add_argument("--iters", type=int, default=None)
-    bc.add_argument("--batch-size", type=int, default=None)
+    bc.add_argument("--iters", type=int, default=None, help="default: the config's train.iters")
+    bc.add_argument("--batch-size", type=int, default=None, help="default: the config's train.batch_size")
     bc.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
-    bc.add_argument("--seed", type=int, default=None)
-    bc.add_argument("--eval-every", type=int, default=None)
-    bc.add_argument("--eval-episodes", type=int, default=None)
-    bc.add_argument("--final-eval-episodes", type=int, default=None)
-    bc.add_argument("--estimator-iters", type=int, default=None, help="staged BC: the estimator's iterations")
+    bc.add_argument("--seed", type=int, default=None, help="default: the config's train.seed")
+    bc.add_argument("--eval-every", type=int, default=None, help="default: the config's train.eval_every")
+    bc.add_argument("--eval-episodes", type=int, default=None, help="default: the config's train.eval_episodes")
+    bc.add_argument(
+        "--final-eval-episodes", type=int, default=None, help="default: the config's train.final_eval_episodes"
+    )
+    bc.add_argument(
+        "--estimator-iters", type=int, default=None, help="staged BC: the estimator's iterations (default: config's)"
+    )
     bc.add_argument("--estimator-from", default=None, metavar="CHECKPOINT",
                     help="staged BC: copy the estimator of this staged checkpoint (frozen) instead of training one")
     bc.add_argument("--topic-map", type=Path, default=None, help="bags: the cell's topic names (a role: topic YAML)")
@@ -475,10 +484,17 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
     ppo.add_argument("--run-dir", type=Path, default=None, help="default: runs/ppo-<timestamp>")
     ppo.add_argument("--resume", default=None, help="auto (newest checkpoint in --run-dir, if any) or a path")
     ppo.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
-    ppo.add_argument("--seed", type=int, default=None)
-    ppo.add_argument("--total-env-steps", type=int, default=None)
-    ppo.add_argument("--n-envs", type=int, default=None)
-    ppo.add_argument("--ddim-steps", type=int, default=None)
+    ppo.add_argument("--seed", type=int, default=None, help="default: the config's train.seed")
+    ppo.add_argument(
+        "--total-env-steps", type=int, default=None, help="default: the config's train.total_env_steps"
+    )
+    ppo.add_argument("--n-envs", type=int, default=None, help="default: the config's train.n_envs")
+    ppo.add_argument(
+        "--eval-episodes", type=int, default=None, help="held-out episodes per evaluation (default: the config's)"
+    )
+    ppo.add_argument(
+        "--ddim-steps", type=int, default=None, help="sampling steps (default: the config's train.sampler)"
+    )
     ppo.add_argument(
         "--deploy", type=Path, default=None,
         help="a real_arm argument file: fine-tune and evaluate as deployed (executor, safety-filter core, latency)",
@@ -508,7 +524,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i uses seed S + i (held out from demos)")
     ev.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: the checkpoint's task")
-    ev.add_argument("--ddim-steps", type=int, default=None)
+    ev.add_argument("--ddim-steps", type=int, default=None, help="default: the checkpoint's")
     ev.add_argument("--execute-horizon", type=int, default=None, help="default: the checkpoint's")
     ev.add_argument("--device", default="auto")
     _video_options(ev)
@@ -626,6 +642,7 @@ def _add_bench_policy(bench_sub: argparse._SubParsersAction) -> None:
     bpol.add_argument("--iters", type=int, default=200)
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast|traced|native")
     bpol.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the policy node's)")
+    bpol.add_argument("--busy", action="store_true", help="then measure again beside one busy process (key: busy)")
     bpol.add_argument("--json", action="store_true")
     bpol.set_defaults(func=cmd_bench_policy)
 
@@ -656,8 +673,9 @@ def _add_bench_ros(bench_sub: argparse._SubParsersAction) -> None:
         formatter_class=_HelpFormatter,
         help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter",
     )
-    bros.add_argument("--duration", type=float, default=30.0)
+    bros.add_argument("--duration", type=float, default=30.0, help="seconds measured (twice with --busy)")
     bros.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default (image) policy")
+    bros.add_argument("--busy", action="store_true", help="then measure again beside one busy process (key: busy)")
     bros.add_argument("--json", action="store_true")
     bros.set_defaults(func=cmd_bench_ros)
 

@@ -5,7 +5,7 @@
                                         into the phase, bc/ or ppo/, that wrote it)
         metrics.csv                     one row per logged step (the CSV columns are fixed per run kind)
         tb/                             TensorBoard scalars, the same values
-    runs/latest -> the newest run       (a symlink, where the filesystem has them), once it has started
+    runs/latest -> the newest run       (a symlink, where the filesystem has them), once it has written a checkpoint
 
 Episode seeds are split once, here, so that training never sees the held-out evaluation episodes:
 demonstrations use seeds ``DEMO_SEED`` + i, PPO rollouts ``ROLLOUT_SEED`` + ..., evaluation ``EVAL_SEED`` + i.
@@ -28,19 +28,28 @@ ROLLOUT_SEED = 1_000_000  # PPO rollouts: disjoint from demonstrations (0+) and 
 
 @dataclass(frozen=True)
 class RunDir:
-    """A run's folder, before anything is written. :meth:`start` creates it when the run writes its first file and,
-    for a top-level run (``latest``), points ``<parent>/latest`` at it — so a run that fails on its inputs leaves
-    no folder behind and ``latest`` never names an empty run. A phase inside another run (sim_train's ``bc/``)
-    has ``latest=False``."""
+    """A run's folder, before anything is written. :meth:`start` creates it when the run writes its first file;
+    :meth:`wrote_checkpoint` makes a top-level run (``latest``) ``<parent>/latest`` once it has a checkpoint to
+    load — so ``latest`` never names a run that failed on its inputs or was stopped before its first checkpoint,
+    and the README's next command always finds something. A phase inside another run (sim_train's ``bc/``) has
+    ``latest=False``: its host marks the run itself."""
 
     path: Path
     latest: bool = True
 
     def start(self) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
-        if self.latest:
-            point_latest(self.path)
         return self.path
+
+    def wrote_checkpoint(self) -> None:
+        """Called after each checkpoint the run writes; the first one points ``latest`` here (later ones leave
+        ``latest`` alone, so a newer run that has a checkpoint keeps it)."""
+        if self.latest and self.path not in _MARKED_LATEST:
+            _MARKED_LATEST.add(self.path)
+            point_latest(self.path)
+
+
+_MARKED_LATEST: set[Path] = set()  # runs of this process that have pointed ``latest`` at themselves
 
 
 def new_run_dir(kind: str, root: str | Path = RUNS_ROOT) -> RunDir:

@@ -3,6 +3,7 @@ no traceback, no empty run folder), a table for people and JSON for machines."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -39,6 +40,32 @@ def test_help_shows_defaults_choices_and_every_graph_argument():
     for graph, args in ARGUMENTS.items():
         assert f"  {graph}:" in launch
         assert all(f"{name}:=" in launch for name in args)
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser, name: str = "diffpolicy"):
+    """Every (sub)command's parser, walked from the top: a new subcommand is covered without editing a test."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, sub_parser in action.choices.items():
+                yield from subcommand_parsers(sub_parser, f"{name} {sub}")
+
+
+@pytest.mark.quick
+def test_every_option_of_every_command_shows_its_default_in_help():
+    from diffpolicy_ros.cli import build_parser
+
+    missing = []
+    for name, parser in subcommand_parsers(build_parser()):
+        if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            continue  # a group of subcommands: its subcommands have the options
+        for action in parser._actions:
+            if not action.option_strings or action.nargs == 0 or action.required:
+                continue  # flags are off unless given; a required option has no default
+            if "default:" not in parser._get_formatter()._format_action(action):  # what --help prints for it
+                missing.append(f"{name} {action.option_strings[-1]}")
+    assert not missing, missing
+    assert "--seed SEED episode i uses seed S + i (default: 0)" in " ".join(cli("demo", "--help").stdout.split())
 
 
 @pytest.fixture

@@ -31,17 +31,28 @@ from diffpolicy_ros.runs import (
 
 
 @pytest.mark.quick
-def test_run_dirs_are_named_by_kind_and_latest_points_at_the_newest_started_one(tmp_path):
+def test_run_dirs_are_named_by_kind_and_latest_points_at_the_newest_one_with_a_checkpoint(tmp_path):
     first = new_run_dir("bc", tmp_path)
     assert first.path.name.startswith("bc-") and not first.path.exists()  # nothing yet: no folder, no link
     assert not (tmp_path / "latest").exists()
     first.start()
+    assert not (tmp_path / "latest").exists()  # started, nothing to load yet
+    first.wrote_checkpoint()
+    assert (tmp_path / "latest").resolve() == first.path.resolve()
+    stopped = RunDir(tmp_path / "ppo-stopped")
+    stopped.start()  # a run stopped (or failed) before its first checkpoint does not move latest
     assert (tmp_path / "latest").resolve() == first.path.resolve()
     second = RunDir(tmp_path / "ppo-x")
     second.start()
+    second.wrote_checkpoint()
     assert (tmp_path / "latest").resolve() == second.path.resolve()
-    RunDir(tmp_path / "ppo-x" / "phase", latest=False).start()  # a phase inside a run links nothing
+    first.wrote_checkpoint()  # an older run's later checkpoint leaves the newer run as latest
+    assert (tmp_path / "latest").resolve() == second.path.resolve()
+    phase = RunDir(tmp_path / "ppo-x" / "phase", latest=False)  # a phase inside a run links nothing
+    phase.start()
+    phase.wrote_checkpoint()
     assert not (tmp_path / "ppo-x" / "latest").exists()
+    assert (tmp_path / "latest").resolve() == second.path.resolve()
     assert as_run_dir(tmp_path / "mine", "bc") == RunDir(tmp_path / "mine", latest=False)
     assert as_run_dir(None, "bc").path.name.startswith("bc-")
 

@@ -18,15 +18,15 @@ intervention counts), the policy's latency and chunk rate, and the fastest outpu
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 
 from diffpolicy_ros import contract as C
+from diffpolicy_ros.bench.load import busy_neighbour
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.runs import EVAL_SEED
@@ -92,7 +92,8 @@ def bench_hil(
     resolved = resolve_arguments("real_arm", arguments)
     task_limit = PushConfig.max_episode_steps  # the driver-mode sim runs on past it; eval's episodes end there
     log = open(tmp / "graph.log", "w")
-    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None  # one core, busy
+    neighbour = ExitStack()
+    neighbour.enter_context(busy_neighbour(busy))  # one core busy, the whole run
     began = time.monotonic()
     graph = spawn_graph("real_arm", arguments, env, stdout=log)
     init_rclpy(env)
@@ -203,9 +204,7 @@ def bench_hil(
         rclpy.try_shutdown()
         stop_graph(graph, timeout=30)
         log.close()
-        if neighbour is not None:
-            neighbour.kill()  # the process this run started, by its PID
-            neighbour.wait()
+        neighbour.close()
 
     paths = {r["episode"]: (r.pop("tool_xy"), r.pop("block_xy")) for r in results}
     successes = sum(r["success"] for r in results)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from diffpolicy_ros.bench.load import busy_neighbour
 from diffpolicy_ros.device import resolve_device
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.models.checkpoint import load_policy
@@ -80,7 +81,9 @@ def bench_policy(
     backend: str = "auto",
     threads: int = 1,
     config: Path | None = None,
+    busy: bool = False,
 ) -> dict:
+    """``busy``: the policy's own figures measured again beside one busy process (key ``busy``)."""
     if checkpoint is not None and config is not None:
         raise UserError("bench policy: give --checkpoint or --config, not both")
     device = resolve_device(device)
@@ -117,4 +120,8 @@ def bench_policy(
     result["unet_params_m"] = round(sum(p.numel() for p in policy.unet.parameters()) / 1e6, 3)
     result["ratio_p99_to_period"] = round(result["p99_ms"] / CONTROL_PERIOD_MS, 3)
     result["images"] = policy.config.fusion.use_images
+    if busy:  # a robot PC always has a neighbour: the same call, one core taken
+        with busy_neighbour():
+            loaded = measure(policy, device, iters, backend)
+        result["busy"] = {k: v for k, v in loaded.items() if k.endswith("_ms")}
     return result

@@ -103,13 +103,18 @@ def bench_startup(overrides: dict[str, str] | None = None, timeout_s: float = 60
     }
 
 
-def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s: float = 15.0) -> dict:
+def bench_ros(
+    duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s: float = 15.0, busy: bool = False
+) -> dict:
+    """The figures over ``duration_s`` on a quiet machine; ``busy``: then as long again beside one busy process
+    (``busy``: the same figures), in the same warm graph, so the two read side by side."""
     import rclpy
     from geometry_msgs.msg import TwistStamped
     from rclpy.node import Node
     from sensor_msgs.msg import Image
     from trajectory_msgs.msg import MultiDOFJointTrajectory
 
+    from diffpolicy_ros.bench.load import busy_neighbour
     from diffpolicy_ros.messages.conversions import stamp_to_sec
     from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
@@ -135,6 +140,28 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
         COMMAND_QOS,
     )
     node.create_subscription(TwistStamped, "/arm/cmd_twist", lambda m: twists.append(time.monotonic()), COMMAND_QOS)
+
+    def window() -> dict:
+        """Latency, rates and jitter over ``duration_s`` from now."""
+        chunks.clear()
+        twists.clear()
+        start = time.monotonic()
+        while time.monotonic() - start < duration_s:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        elapsed = time.monotonic() - start
+        lat = np.array([(w - image_wall[s]) * 1e3 for w, s in chunks if s in image_wall])
+        gaps = np.diff(np.array(twists)) * 1e3 if len(twists) > 1 else np.zeros(1)
+        return {
+            "duration_s": round(elapsed, 1),
+            "chunks": len(chunks),
+            "chunk_rate_hz": round(len(chunks) / elapsed, 2),
+            "camera_to_chunk_p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
+            "camera_to_chunk_p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
+            "executor_rate_hz": round(len(twists) / elapsed, 2),
+            "executor_jitter_p50_ms": round(float(np.percentile(np.abs(gaps - 100.0), 50)), 1),
+            "executor_jitter_p99_ms": round(float(np.percentile(np.abs(gaps - 100.0), 99)), 1),
+        }
+
     try:
         deadline = time.monotonic() + warmup_s + 60.0
         while not chunks and time.monotonic() < deadline:  # graph start-up, policy load and warm-up
@@ -144,26 +171,12 @@ def bench_ros(duration_s: float = 30.0, checkpoint: Path | None = None, warmup_s
         end_warmup = time.monotonic() + 2.0
         while time.monotonic() < end_warmup:
             rclpy.spin_once(node, timeout_sec=0.05)
-        chunks.clear()
-        twists.clear()
-        start = time.monotonic()
-        while time.monotonic() - start < duration_s:
-            rclpy.spin_once(node, timeout_sec=0.05)
-        elapsed = time.monotonic() - start
+        result = window()
+        if busy:
+            with busy_neighbour():
+                result["busy"] = window()
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
         stop_graph(graph)
-    lat = np.array([(w - image_wall[s]) * 1e3 for w, s in chunks if s in image_wall])
-    gaps = np.diff(np.array(twists)) * 1e3 if len(twists) > 1 else np.zeros(1)
-    return {
-        "duration_s": round(elapsed, 1),
-        "chunks": len(chunks),
-        "chunk_rate_hz": round(len(chunks) / elapsed, 2),
-        "camera_to_chunk_p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
-        "camera_to_chunk_p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
-        "executor_rate_hz": round(len(twists) / elapsed, 2),
-        "executor_jitter_p50_ms": round(float(np.percentile(np.abs(gaps - 100.0), 50)), 1),
-        "executor_jitter_p99_ms": round(float(np.percentile(np.abs(gaps - 100.0), 99)), 1),
-        "policy": "checkpoint" if checkpoint else "untrained default (images + text + proprio)",
-    }
+    return {**result, "policy": "checkpoint" if checkpoint else "untrained default (images + text + proprio)"}

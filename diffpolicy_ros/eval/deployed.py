@@ -5,12 +5,14 @@ deployment asks for real-time chunking."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.inference import ChunkPredictor
 from diffpolicy_ros.models.realtime_chunking import RealTimeChunking
@@ -30,8 +32,10 @@ def evaluate_deployed(
     device: str = "cpu",
     progress: bool = True,
     env_kwargs: dict | None = None,
+    stop: threading.Event | None = None,
 ) -> dict:
-    """Episode i: env seed ``seed + i``, its latency drawn from the same seed, the sampler seeded with it."""
+    """Episode i: env seed ``seed + i``, its latency drawn from the same seed, the sampler seeded with it.
+    ``stop``: as :func:`~diffpolicy_ros.eval.rollout.evaluate_policy`'s."""
     start = time.perf_counter()
     predictor = ChunkPredictor(policy, device)
     env = DeployedChunkEnv(make_env(task, obs_mode=obs_mode, **(env_kwargs or {})), deployment, policy.config.horizon)
@@ -47,6 +51,9 @@ def evaluate_deployed(
             rtc.frozen_s = env.latency
         done, info = False, {}
         while not done:
+            if stop is not None and stop.is_set():
+                env.close()
+                raise StopRequested
             committed = rtc.committed(previous, previous_stamp, env.now, env.period) if rtc else None
             previous, previous_stamp = predictor(obs, generator, committed)[0], env.now  # a batch of one
             obs, _, terminated, truncated, info = env.step(previous)

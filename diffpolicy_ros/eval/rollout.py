@@ -6,6 +6,7 @@ Episodes run in waves of ``parallel`` in-process envs so inference is batched; e
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from diffpolicy_ros.contract import EXECUTE_HORIZON
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.runs import EVAL_SEED
@@ -46,9 +48,11 @@ def evaluate_policy(
     env_kwargs: dict | None = None,
     video_dir: str | Path | None = None,
     video_episodes: int = 3,
+    stop: threading.Event | None = None,
 ) -> dict:
     """Run ``episodes`` closed-loop episodes; returns summary figures plus per-episode results.
-    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes (``eval/video.py``)."""
+    ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes (``eval/video.py``); ``stop``: set by a
+    host (the trainer node's shutdown) to end the evaluation within one decision (raises StopRequested)."""
     start = time.perf_counter()
     kwargs = {**(env_kwargs or {}), "obs_mode": obs_mode, "execute_horizon": execute_horizon}
     envs = [make_env(task, **kwargs) for _ in range(min(parallel, episodes))]
@@ -71,6 +75,10 @@ def evaluate_policy(
             video.add()
         active = list(range(len(wave)))
         while active:
+            if stop is not None and stop.is_set():
+                for env in envs:
+                    env.close()
+                raise StopRequested
             batch = {k: np.stack([obs[i][k] for i in active]) for k in obs[0] if k != "instruction"}
             batch["instruction"] = [obs[i]["instruction"] for i in active]
             with torch.inference_mode():

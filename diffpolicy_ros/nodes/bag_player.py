@@ -24,7 +24,15 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.data.bag_io import BagError, bag_info, message_class
 from diffpolicy_ros.messages.conversions import sec_to_stamp
-from diffpolicy_ros.nodes.common import LATCHED_QOS, ParameterError, flag, parameter, positive, run_node
+from diffpolicy_ros.nodes.common import (
+    LATCHED_QOS,
+    ParameterError,
+    flag,
+    parameter,
+    positive,
+    quiet_on_stop,
+    run_node,
+)
 
 NS = 1_000_000_000
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # rosbag2's clock publisher QoS
@@ -109,8 +117,10 @@ class BagPlayer(Node):
         self.thread = threading.Thread(target=self.play, name="player", daemon=True)
         self.thread.start()
         self.create_timer(0.1, self.check_done)
-        topics = len(self.publishers_by_topic)
-        self.get_logger().info(f"playing {self.path} ({self.info.duration_s:.1f} s, {topics} topics) at {self.rate}x")
+        topics, left_s = len(self.publishers_by_topic), max(self.info.duration_s - self.offset, 0.0) / self.rate
+        took = f"{left_s / 60:.1f} min" if left_s >= 60 else f"{left_s:.0f} s"  # a long bag plays for a while
+        self.get_logger().info(f"playing {self.path} ({self.info.duration_s:.1f} s, {topics} topics) at {self.rate}x: "
+                               f"{took} to play" + (", looped" if self.loop else ""))  # fmt: skip
 
     def bag_now(self) -> int:
         with self.lock:
@@ -144,11 +154,15 @@ class BagPlayer(Node):
         self.get_logger().info(status) if not status.startswith("failed") else self.get_logger().error(status)
 
     def play(self) -> None:
+        with quiet_on_stop(self):  # a stop mid-publish ends the replay, it is no failure
+            self.replay()
+        self.finished.set()
+
+    def replay(self) -> None:
         if not self.ready.wait(self.wait_timeout):
             waited = f"{self.wait_timeout:.0f} s"
             self.failure = f"failed: nothing on {self.wait_for} within {waited} (the policy never became ready)"
             self.set_status(self.failure)
-            self.finished.set()
             return
         if self.wait_for:
             self.set_status(f"{self.wait_for} is ready: playing in {self.delay:.1f} s")
@@ -166,7 +180,6 @@ class BagPlayer(Node):
                 break
             with self.lock:  # the clock jumps back to the start, as ros2 bag play --loop does
                 self.anchor = (time.monotonic(), self.bag_t0)
-        self.finished.set()
 
     def check_done(self) -> None:
         if not self.finished.is_set():

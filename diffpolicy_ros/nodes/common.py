@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -33,6 +34,7 @@ DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 # Viewers (Foxglove, rviz): reliable like rviz's default subscription, shallow — only the newest scene matters.
 VIEWER_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 WARN_THROTTLE_S = 2.0
+STOP_POLL_S = 0.25  # run_node sees a stop (the context shut down by Ctrl-C or SIGTERM) within this
 STATS_WINDOW = 100  # samples behind each rate / latency / jitter statistic on /diagnostics
 
 
@@ -130,6 +132,24 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def stopped(node: Node) -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM) has shut the node's context down. rclpy's signal handler does that at
+    once, before ``run_node`` can close the node: a worker thread's publish that fails then ("publisher's
+    context is invalid") has met the stop, not an error to print."""
+    return not node.context.ok()
+
+
+@contextmanager
+def quiet_on_stop(node: Node):
+    """Around a worker thread's publishing: a failure because a stop shut the context down ends the block
+    quietly; any other failure is raised as it is."""
+    try:
+        yield
+    except Exception:
+        if not stopped(node):
+            raise
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads: int = 1) -> int:
     """Init rclpy, spin the node, shut down cleanly on SIGINT/SIGTERM.
 
@@ -144,7 +164,10 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         node = factory()
         executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
-        executor.spin()
+        # spin() waits for the signal handler's guard condition to end its wait; in a busy graph that wake-up
+        # was seen lost (a node waiting until launch killed it), so the wait also times out to see the stop
+        while node.context.ok():
+            executor.spin_once(timeout_sec=STOP_POLL_S)
     except (ParameterError, InvalidParameterTypeException, InvalidParameterValueException) as exc:
         # a parameter the node cannot run with (rclpy's own type/range errors too): one line, no traceback
         print(f"[ERROR] {exc}", file=sys.stderr)

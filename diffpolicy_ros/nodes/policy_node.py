@@ -65,7 +65,9 @@ from diffpolicy_ros.nodes.common import (
     number,
     parameter,
     positive,
+    quiet_on_stop,
     run_node,
+    stopped,
 )
 
 WAITING_REPEAT_S = 30.0  # inputs that never arrived: said once, then at this period
@@ -231,8 +233,10 @@ class PolicyNode(Node):
             self.predictor, self.need_images, self.need_task_state = predictor, need_images, need_task_state
         self.problem = ""
         self.stats["reloads"] += 1
-        self.pub_ready.publish(String(data=path))
-        self.get_logger().info(f"policy loaded from {path}: {describe_checkpoint(ckpt)}; backend {predictor.backend}")
+        with quiet_on_stop(self):
+            self.pub_ready.publish(String(data=path))
+            loaded = f"{describe_checkpoint(ckpt)}; backend {predictor.backend}"
+            self.get_logger().info(f"policy loaded from {path}: {loaded}")
 
     # ------------------------------------------------------------------ control tick
     def tick(self) -> None:
@@ -301,7 +305,8 @@ class PolicyNode(Node):
                     )
                 )
         except Exception as exc:  # never let the worker die silently
-            self.get_logger().error(f"inference failed: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            if not stopped(self):
+                self.get_logger().error(f"inference failed: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
         finally:
             self.busy.clear()
 

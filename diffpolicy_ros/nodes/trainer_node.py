@@ -27,7 +27,7 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import override
 from diffpolicy_ros.contract import CHECKPOINT_TOPIC, TASK_NAMES
-from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.errors import StopRequested, UserError
 from diffpolicy_ros.models.checkpoint import describe_evaluation
 from diffpolicy_ros.nodes.common import (
     LATCHED_QOS,
@@ -115,6 +115,7 @@ class TrainerNode(Node):
         self.diag = Diagnostics(self)
         self.hooks = TrainHooks()
         self.hooks.on_checkpoint = self.announce
+        self.hooks.on_evaluation = self.on_evaluation
         self.gate = BetterCheckpoints()
         self.run_best = BestEvaluation()  # over BC and PPO: what RUN_DIR/checkpoints/best.pt links to
         self.status = "starting"
@@ -149,7 +150,7 @@ class TrainerNode(Node):
                     self.hooks.progress.update(iter=done, iters_total=total, unit="episode")
 
                 run_demos(self.params["task"], episodes, seed=0, obs_mode=obs_mode, out=demos, progress=False,
-                          on_episode=on_episode)  # fmt: skip
+                          on_episode=on_episode, stop=self.hooks.stop)  # fmt: skip
                 self.hooks.progress.clear()
                 self.rate = PhaseRate()
             self.status = "training (BC)"
@@ -170,7 +171,14 @@ class TrainerNode(Node):
                 return
             self.status = f"done: success {success}"
             self.get_logger().info(f"training finished: final success {success}; checkpoints in {self.run_dir}")
+        except StopRequested:  # shut down while recording demonstrations: nothing to keep yet
+            self.status = "stopped"
+            self.say(f"stopped while recording demonstrations; nothing written to {self.run_dir}")
         except Exception as exc:  # report, keep the node (and the graph) up
+            if self.hooks.stop.is_set():  # the stop outlasted close()'s wait, and the exit ended the sim workers
+                self.status = "stopped"
+                self.say(f"training stopped ({type(exc).__name__} while shutting down); checkpoints in {self.run_dir}")
+                return
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
 
@@ -183,15 +191,23 @@ class TrainerNode(Node):
             print(f"[trainer_node] {text}", file=sys.stderr, flush=True)
 
     def announce(self, path: Path, evaluation: dict) -> None:
+        self.run_folder.wrote_checkpoint()  # runs/latest: this run, now that it has something to load
+        run_best = self.run_dir / "checkpoints" / "best.pt"
         if path.name == "best.pt":  # repeats one just announced; RUN_DIR/checkpoints/best.pt follows the best
             if self.run_best.offer(evaluation):
-                link_checkpoint(self.run_dir / "checkpoints" / "best.pt", path)
+                link_checkpoint(run_best, path)
             return
+        if self.run_best.success_rate is None:  # nothing evaluated yet: a run stopped now leaves its newest
+            link_checkpoint(run_best, path)  # checkpoint (unevaluated) where the README's next command looks
         if rclpy.ok() and self.gate.admit(evaluation):  # nothing while shutting down
             self.pub.publish(String(data=str(path.resolve())))
             best = self.gate.best.success_rate
             score = f"{best:.2f}" if best is not None else "not evaluated yet"
             self.get_logger().info(f"checkpoint {path} for the policy (eval success {score})")
+
+    def on_evaluation(self, iteration: int, episodes: int) -> None:
+        phase = self.status.removeprefix("training ").strip("()")
+        self.say(f"evaluating {phase} iteration {iteration} on {episodes} held-out episodes")
 
     def on_pause(self, request, response):
         self.hooks.running.clear()

@@ -34,6 +34,7 @@ from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import DatasetError, EpisodeDataset
 from diffpolicy_ros.device import resolve_device
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
 from diffpolicy_ros.models.factory import build_policy, policy_spec
@@ -233,6 +234,7 @@ def train_bc(
                 "iter": it,
             }
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
+        run_folder.wrote_checkpoint()
         hooks.on_checkpoint(path, meta.evaluation)
         return path
 
@@ -246,6 +248,7 @@ def train_bc(
             device=device,
             execute_horizon=cfg.execute_horizon,
             progress=False,
+            stop=hooks.stop,
         )
 
     # -- loop -------------------------------------------------------------------------------------
@@ -280,7 +283,13 @@ def train_bc(
         is_last = it + 1 == cfg.iters
         evaluated = (it + 1) % cfg.eval_every == 0 or is_last
         if evaluated:
-            last_eval = evaluate(cfg.final_eval_episodes if is_last else cfg.eval_episodes)
+            episodes = cfg.final_eval_episodes if is_last else cfg.eval_episodes
+            hooks.on_evaluation(it + 1, episodes)
+            try:
+                last_eval = evaluate(episodes)
+            except StopRequested:  # asked to stop mid-evaluation: keep what was learned, unevaluated
+                checkpoint("last.pt", it + 1, {})
+                break
             last_eval.pop("per_episode")
             hooks.progress.update(success_rate=last_eval["success_rate"], success_ci95=last_eval["success_ci95"])
         if (it + 1) % cfg.log_every == 0 or evaluated:  # a CSV row at every log step, evaluation columns when due

@@ -19,3 +19,6 @@ class TrainHooks:
     def on_checkpoint(self, path: Path, evaluation: dict) -> None:
         """Called after each checkpoint file is written (override or assign), ``best.pt`` included;
         ``evaluation``: the held-out evaluation of its weights (rl/best.py: evaluation_record), {} when none."""
+
+    def on_evaluation(self, iteration: int, episodes: int) -> None:
+        """Called as a held-out evaluation of iteration ``iteration``'s weights on ``episodes`` episodes starts."""

@@ -62,6 +62,7 @@ from diffpolicy_ros.config import (
 )
 from diffpolicy_ros.contract import CONTROL_PERIOD_S, EXECUTE_HORIZON
 from diffpolicy_ros.device import autocast_settings, device_type
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.deployed import evaluate_deployed
 from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.checkpoint import (
@@ -284,7 +285,7 @@ class PPOTrainer:
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank + 500)
         run_folder = as_run_dir(run_dir, "ppo")  # every rank writes into rank 0's folder
         run_folder = RunDir(Path(distributed.broadcast_object(self.dist, str(run_folder.path))), run_folder.latest)
-        self.run_dir = run_folder.path
+        self.run_folder, self.run_dir = run_folder, run_folder.path
 
         # -- envs (CPU workers; they never touch the learner's device) ------------------------------
         resume_ckpt = load_checkpoint(resume) if resume else None
@@ -640,11 +641,12 @@ class PPOTrainer:
     # ------------------------------------------------------------------ 4. evaluation and checkpoints
     def evaluate(self, episodes: int) -> dict:
         """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on the held-out seeds; under a
-        deployment, as deployed (``eval --deploy``'s figure)."""
+        deployment, as deployed (``eval --deploy``'s figure). A stop (single-process) ends it: StopRequested."""
+        stop = self.hooks.stop if self.dist.world_size == 1 else None  # DDP ranks stop between iterations
         if self.deployment is not None:
             result = evaluate_deployed(self.policy, self.deployment, self.run.task, episodes, seed=EVAL_SEED,
                                        obs_mode=self.obs_mode, device=self.device, progress=False,
-                                       env_kwargs=self.run.env)  # fmt: skip
+                                       env_kwargs=self.run.env, stop=stop)  # fmt: skip
             result.pop("per_episode")
             return result
         result = evaluate_policy(
@@ -657,6 +659,7 @@ class PPOTrainer:
             execute_horizon=self.run.train.execute_horizon,
             progress=False,
             env_kwargs=self.run.env,
+            stop=stop,
         )
         result.pop("per_episode")
         return result
@@ -697,6 +700,7 @@ class PPOTrainer:
         )
         ckpt_dir = self.run_dir / "checkpoints"
         path = save_checkpoint(ckpt_dir / f"iter_{self.iteration:06d}.pt", payload)
+        self.run_folder.wrote_checkpoint()
         for old in sorted(ckpt_dir.glob("iter_*.pt"))[: -cfg.keep_last]:
             old.unlink(missing_ok=True)
         self.hooks.on_checkpoint(path, evaluation)
@@ -801,7 +805,11 @@ class PPOTrainer:
             is_last = self.iteration == total
             evaluation: dict = {}  # the held-out evaluation of this iteration's weights, if one is due
             if self.dist.is_main and ((cfg.eval_every and self.iteration % cfg.eval_every == 0) or is_last):
-                self.last_eval = self.evaluate(cfg.eval_episodes)
+                self.hooks.on_evaluation(self.iteration, cfg.eval_episodes)
+                try:
+                    self.last_eval = self.evaluate(cfg.eval_episodes)
+                except StopRequested:  # an unevaluated iteration: the last checkpoint stands, as mid-rollout
+                    break
                 evaluation = evaluation_record(self.last_eval)
                 metrics["eval_success_rate"] = evaluation["success_rate"]
                 self.hooks.progress.update(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -20,9 +22,10 @@ import numpy as np
 from tqdm import tqdm
 
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.sim import make_env, make_expert
 
-BLOCK_EPISODES = 10  # a worker's unit of work: the pool's progress granularity
+BLOCK_EPISODES = 10  # a worker's largest unit of work: the pool's progress granularity
 
 
 @dataclass
@@ -118,34 +121,52 @@ def run_demos(
     on_episode: Callable[[int, int], None] | None = None,
     expert_limits: dict | None = None,
     workers: int = 1,
+    stop: threading.Event | None = None,
 ) -> tuple[DemoSummary, EpisodeDataset]:
     """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
     ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` as
     episodes finish (a host's progress line); ``expert_limits``: {max_speed, max_accel} of a deployment;
-    ``workers`` > 1: that many processes record blocks of episodes (the same dataset, sooner)."""
+    ``workers`` > 1: that many processes record blocks of episodes (the same dataset, sooner); ``stop``: set by
+    a host (the trainer node's shutdown) to end the recording after the episode (or block) in progress, with
+    StopRequested."""
     start = time.perf_counter()
     settings = dict(task=task, obs_mode=obs_mode, env_overrides=env_overrides or {}, expert_limits=expert_limits or {},
                     seed=seed, video_dir=video_dir, video_episodes=video_episodes)  # fmt: skip
     bar = tqdm(total=episodes, desc=f"expert {task}", unit="ep", disable=not progress)
 
+    recorded = 0
+
     def finished(n: int) -> None:
+        nonlocal recorded
+        recorded += n
         bar.update(n)
         if on_episode is not None:
-            on_episode(bar.n, episodes)
+            on_episode(recorded, episodes)
+        if stop is not None and stop.is_set():
+            raise StopRequested
 
-    if workers <= 1 or episodes <= BLOCK_EPISODES:
+    # blocks of up to BLOCK_EPISODES, small enough that every worker gets one (4 episodes on 2 workers: 2 + 2)
+    block = max(1, min(BLOCK_EPISODES, -(-episodes // max(workers, 1))))
+    starts = range(0, episodes, block)
+    used = max(1, min(workers, len(starts)))
+    if used < workers:
+        tqdm.write(f"demo: {episodes} episodes keep {used} of {workers} workers busy: using {used}", file=sys.stderr)
+    if used == 1:
         blocks = [_record_block(**settings, first=0, count=episodes, on_episode=lambda: finished(1))]
     else:
-        starts = range(0, episodes, BLOCK_EPISODES)
         # forkserver: each worker builds its own MuJoCo model and GL context, nothing inherited (sim/vector.py)
         context = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(min(workers, len(starts)), mp_context=context) as pool:
-            futures = {pool.submit(_record_block, **settings, first=s, count=min(BLOCK_EPISODES, episodes - s)): s
+        with ProcessPoolExecutor(used, mp_context=context) as pool:
+            futures = {pool.submit(_record_block, **settings, first=s, count=min(block, episodes - s)): s
                        for s in starts}  # fmt: skip
             done = {}
-            for future in as_completed(futures):
-                done[futures[future]] = block = future.result()
-                finished(len(block.stats))
+            try:
+                for future in as_completed(futures):
+                    done[futures[future]] = block = future.result()
+                    finished(len(block.stats))
+            except StopRequested:
+                pool.shutdown(wait=False, cancel_futures=True)  # blocks not started yet never start
+                raise
         blocks = [done[s] for s in starts]
     bar.close()
 
@@ -169,7 +190,7 @@ def run_demos(
         left_fraction=float(stats[:, 3].mean()),
         wall_s=time.perf_counter() - start,
         out=str(out) if out is not None else None,
-        workers=max(1, min(workers, -(-episodes // BLOCK_EPISODES))),
+        workers=used,
     )
     return summary, dataset
 

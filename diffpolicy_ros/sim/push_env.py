@@ -143,7 +143,7 @@ class PushEnv(gym.Env):
                 obs_spaces[f"image_{cam}"] = spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
         self.observation_space = spaces.Dict(obs_spaces)
 
-        self._renderer: mujoco.Renderer | None = None  # created on first use, in the process that renders
+        self._renderer: Renderer | None = None  # created on first use, in the process that renders
         self._p_ref = np.zeros(3)
         self._rot_ref = _TOOL_DOWN.copy()
         self._goals = np.zeros((len(goal_bodies), 2))
@@ -268,7 +268,7 @@ class PushEnv(gym.Env):
         """Render one camera (``top`` or ``side``) as uint8 [S, S, 3]."""
         if self._renderer is None:
             size = self.cfg.image_size
-            self._renderer = mujoco.Renderer(self.model, height=size, width=size)
+            self._renderer = Renderer(self.model, height=size, width=size)
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = self.cfg.render_quality == "rich"
             # MuJoCo registers eglTerminate at exit when the first context is made; atexit runs in reverse
             # order, so this closes the renderer before EGL goes away (else EGL errors at interpreter exit).
@@ -384,6 +384,15 @@ class PushEnv(gym.Env):
             "elapsed_steps": self._t,
             "route": self._route,
         }
+
+
+class Renderer(mujoco.Renderer):
+    """MuJoCo's renderer, safe to collect half-built: a stop (Ctrl-C, SIGTERM) that lands while ``__init__`` makes
+    the GL context leaves an object without ``_mjr_context``, and ``Renderer.__del__`` then printed an
+    AttributeError traceback at shutdown. The class-level ``None``s are what ``close`` finds instead."""
+
+    _gl_context = None
+    _mjr_context = None
 
 
 def _close_renderer(ref: weakref.ref) -> None:

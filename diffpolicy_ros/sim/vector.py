@@ -2,11 +2,16 @@
 
 Built on ``gymnasium.vector.AsyncVectorEnv`` with the ``forkserver`` start method: each worker builds its
 own MuJoCo model and creates its renderer lazily, and no GL context or accelerator state is inherited from
-the parent (sampling workers never touch the learner's device). ``reset(seed=s)`` seeds env i with s + i,
+the parent (sampling workers never touch the learner's device). Workers ignore SIGINT: a terminal's Ctrl-C
+reaches the whole process group, and the learner, not the signal, ends them (a worker killed mid-step made the
+trainer fail with "Connection reset by peer"). ``reset(seed=s)`` seeds env i with s + i,
 so the vector env reproduces N single envs seeded the same way.
 """
 
 from __future__ import annotations
+
+import multiprocessing
+import signal
 
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
@@ -25,6 +30,8 @@ def _env_factory(
     estimate_error_m: tuple[float, float] | None,
 ):
     def build() -> gym.Env:
+        if multiprocessing.parent_process() is not None:  # a worker (the parent also builds one, for its spaces)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the learner stops the workers
         env = make_env(task, **env_kwargs)
         if deployment is not None:
             env = DeployedChunkEnv(env, deployment, chunk_horizon)
@@ -60,6 +67,12 @@ def make_vec_env(
         raise ValueError("a deployed vector env steps chunks: give chunk_horizon")
     fns = [_env_factory(task, chunk_horizon, dict(env_kwargs), deployment, estimate_error_m) for _ in range(n_envs)]
     if asynchronous:
-        # shared_memory=False: gymnasium's shared-memory path garbles Text spaces (the instruction).
-        return AsyncVectorEnv(fns, shared_memory=False, context="forkserver", autoreset_mode=autoreset_mode)
+        # SIGINT blocked while the workers start: a forkserver started now, and every worker it forks, inherit
+        # the mask, so a Ctrl-C mid-import cannot kill one (after start-up, build() ignores SIGINT as well)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            # shared_memory=False: gymnasium's shared-memory path garbles Text spaces (the instruction).
+            return AsyncVectorEnv(fns, shared_memory=False, context="forkserver", autoreset_mode=autoreset_mode)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return SyncVectorEnv(fns, autoreset_mode=autoreset_mode)

@@ -88,17 +88,21 @@ def test_bench_sim_cli_reports_every_figure(run_cli):
 
 
 @pytest.mark.quick
-def test_demos_recorded_by_two_workers_equal_one_process():
-    """Episodes are recorded in blocks by a process pool and joined in order: the same dataset, byte for byte."""
-    kwargs = dict(task="push", episodes=12, seed=4, progress=False, expert_limits={"max_speed": 0.1, "max_accel": 0.5})
+def test_demos_recorded_by_two_workers_equal_one_process(capsys):
+    """Episodes are recorded in blocks by a process pool and joined in order: the same dataset, byte for byte —
+    with blocks small enough that a few episodes keep every worker busy, and a word when some must idle."""
+    kwargs = dict(task="push", episodes=4, seed=4, progress=False, expert_limits={"max_speed": 0.1, "max_accel": 0.5})
     one_summary, one = run_demos(**kwargs, workers=1)
     two_summary, two = run_demos(**kwargs, workers=2)
-    assert two_summary.workers == 2 and two.n_episodes == 12
+    assert two_summary.workers == 2 and two.n_episodes == 4
     np.testing.assert_array_equal(two.episode_ends, one.episode_ends)
     np.testing.assert_array_equal(two.action, one.action)
     np.testing.assert_array_equal(two.obs["proprio"], one.obs["proprio"])
     for key in one.episode:
         np.testing.assert_array_equal(two.episode[key], one.episode[key])
-    assert list(two.episode["seed"]) == list(range(4, 16))
+    assert list(two.episode["seed"]) == list(range(4, 8))
     assert two_summary.success_rate == one_summary.success_rate
     assert two_summary.left_fraction == one_summary.left_fraction
+    assert "using" not in capsys.readouterr().err
+    few, _ = run_demos(**{**kwargs, "episodes": 2}, workers=3)
+    assert few.workers == 2 and "demo: 2 episodes keep 2 of 3 workers busy: using 2" in capsys.readouterr().err

@@ -177,3 +177,31 @@ def test_replay_eval_without_a_policy_fails_with_a_reason_a_script_can_read(tmp_
     assert launch.returncode == 1, launch.stdout[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["status"].startswith("failed: the bag player failed: nothing on /policy/ready within 15 s"), report
+
+
+@pytest.mark.slow
+def test_replay_eval_stopped_with_ctrl_c_reports_what_was_played(tmp_path, demo_bag):
+    """A long bag stopped half-way: every node exits on its own (no kill), no traceback or error from publishing
+    into a context being torn down, exit 0, and report.json scores what was played, ``status: interrupted``."""
+    import time
+
+    from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
+
+    ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.05, 0.02, 0.0))
+    out = tmp_path / "replay"
+    log_path = tmp_path / "graph.log"
+    with open(log_path, "w") as log:
+        graph = spawn_graph("replay_eval", {"bag": str(demo_bag), "checkpoint": str(ckpt), "out": str(out),
+                                            "rate": "0.25"}, ENV, stdout=log, cwd=str(tmp_path))  # fmt: skip
+        deadline = time.monotonic() + 180
+        while "playing in" not in log_path.read_text() and time.monotonic() < deadline and graph.poll() is None:
+            time.sleep(0.2)
+        time.sleep(8.0)  # chunks and commands to score: a stop at any later moment must report them
+        assert graph.poll() is None, log_path.read_text()[-3000:]
+        code = stop_graph(graph, timeout=30)
+    console = log_path.read_text()
+    assert code == 0, console[-3000:]
+    assert "did not stop" not in console and "Traceback" not in console and "[ERROR]" not in console, console[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["chunks"] > 0 and report["coverage"] > 0, report
+    assert report["mae_by_step"][0] is not None and (out / "actions.png").exists()

@@ -54,15 +54,45 @@ def test_a_signal_mid_publish_stops_the_node_cleanly(sig, times):
     assert "Traceback" not in err, err[-2000:]
 
 
+# Holds a node at a known point inside its start-up imports: the first of these modules it imports prints a line and
+# waits there (inside the real import chain, with the entry point's handler in force) until a signal ends it. A test
+# signals after that line, so it catches the node mid-import on a machine of any speed, never by a sleep.
+HELD_IMPORTS = ("rclpy", "torch", "mujoco")
+HOLD_IMPORT = textwrap.dedent(
+    f"""
+    import sys, time
+
+    class HoldAtImport:
+        def find_spec(self, name, path=None, target=None):
+            if name in {HELD_IMPORTS!r}:
+                sys.meta_path.remove(self)
+                print(f"held at import {{name}}", file=sys.stderr, flush=True)
+                time.sleep(60)
+            return None
+
+    sys.meta_path.insert(0, HoldAtImport())
+    """
+)
+
+
+def wait_until_held(proc: subprocess.Popen) -> str:
+    """The hold's line, read from the node's stderr (what it printed before it, if it ended first)."""
+    seen = ""
+    while proc.poll() is None:
+        line = proc.stderr.readline()
+        seen += line
+        if line.startswith("held at import"):
+            return line
+    raise AssertionError(f"the node ended before it reached an import: {seen[-2000:]}")
+
+
 @pytest.mark.quick
 def test_a_node_stopped_while_it_still_imports_ends_without_a_traceback():
     """The launcher stops a graph whose required node failed at start (e.g. the filter refusing an inverted box)
     while the others still import torch: no KeyboardInterrupt traceback from inside an import."""
-    node = subprocess.Popen(
-        [sys.executable, "-m", "diffpolicy_ros.nodes.policy_node"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    time.sleep(0.3)  # importing rclpy and torch by now
+    script = HOLD_IMPORT + "import runpy; runpy.run_module('diffpolicy_ros.nodes.policy_node', run_name='__main__')"
+    node = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until_held(node)
     node.send_signal(signal.SIGTERM)  # what `diffpolicy launch` sends
     _, err = node.communicate(timeout=30)
     assert "Traceback" not in err, err[-2000:]
@@ -79,9 +109,11 @@ def test_diffpolicy_launch_refuses_an_inverted_box_before_any_node_starts():
     assert "[launch]" not in out.stdout and "Traceback" not in out.stderr + out.stdout
 
 
-def start_node(node: str, *ros_args: str, env: dict | None = None) -> subprocess.Popen:
-    """A node as its console script (what ``ros2 run`` / launch_ros start) does it: the entry point's import."""
+def start_node(node: str, *ros_args: str, env: dict | None = None, hold: bool = False) -> subprocess.Popen:
+    """A node as its console script (what ``ros2 run`` / launch_ros start) does it: the entry point's import
+    (``hold``: held at its first heavy import, see HOLD_IMPORT)."""
     script = f"from diffpolicy_ros.nodes.entry_points import {node}; raise SystemExit({node}())"
+    script = HOLD_IMPORT + script if hold else script
     argv = [sys.executable, "-c", script, *(["--ros-args", *ros_args] if ros_args else [])]
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
@@ -106,9 +138,10 @@ def seconds_to_stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[f
 @pytest.mark.parametrize("node", ["policy_node", "sim_bridge", "safety_filter", "bag_player", "trainer_node"])
 def test_ctrl_c_while_a_node_still_imports_ends_it_quietly_within_5_s(node):
     """`ros2 launch`'s Ctrl-C reaches a node as SIGINT, often while it still imports torch and MuJoCo."""
-    proc = start_node(node)
-    time.sleep(0.3)
+    proc = start_node(node, hold=True)
+    held = wait_until_held(proc)
     seconds, err = seconds_to_stop(proc)
+    err = held + err
     assert seconds < 5.0 and proc.returncode == 0, (seconds, proc.returncode, err[-2000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
 

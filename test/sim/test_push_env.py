@@ -280,3 +280,29 @@ def test_unknown_option_is_an_error():
     with pytest.raises(ValueError):
         make_env("pull")
     assert PushConfig().max_speed > 0
+
+
+@pytest.mark.quick
+def test_a_stop_while_the_renderer_makes_its_gl_context_leaves_nothing_to_print(monkeypatch):
+    """Ctrl-C can land inside ``mujoco.Renderer.__init__`` (the sim bridge renders its first frame at start): the
+    half-built renderer is collected later, and MuJoCo's ``__del__`` must not print a traceback then."""
+    import gc
+    import sys
+
+    import mujoco.renderer
+
+    from diffpolicy_ros.sim.push_env import Renderer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mujoco.renderer.gl_context, "GLContext", interrupted)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    env = make_env("push", obs_mode="image")
+    with pytest.raises(KeyboardInterrupt):
+        env.unwrapped.render_camera("top")
+    gc.collect()
+    assert unraisable == [], [u.exc_value for u in unraisable]
+    assert issubclass(Renderer, mujoco.Renderer)
+    env.close()
