@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -94,6 +95,9 @@ SHRINK = {
     "train-bc": ["--iters", "4", "--eval-every", "4", "--eval-episodes", "1", "--final-eval-episodes", "1"],
     "train-ppo": ["--total-env-steps", "1", "--n-envs", "2", "--eval-episodes", "2"],
     "bench hil": ["--episodes", "1", "--episode-timeout", "10"],
+    "bench ros": ["--duration", "3"],
+    "bench sim": ["--steps", "20"],
+    "bench policy": ["--iters", "20"],
     "bench safety": ["--streams", "5", "--ticks", "60", "--hil-duration", "3"],
     "bench threads": ["--steps", "2", "--counts", "1"],
     "bench learn": ["--total-env-steps", "2000"],
@@ -129,9 +133,9 @@ NOT_RUN = {
     "colcon test --packages-select": DISTRO,
     "make setup": "CI's make test-all runs it first on a fresh machine",
     "make test": "this suite is make test",
-    "make sim-train": "the main job: test/nodes/test_sim_graph.py runs it shrunk and stops it in every phase",
+    "device:=cuda": "a CUDA GPU",
     "launch real_arm config:=config/real_arm.yaml": "a real cell: its arm driver, cameras and MoveIt Servo",
-    "bags/cell": "a cell's own recording",
+    "bags/cell ": "a cell's own recording",
     "torchrun ": "two DDP ranks: test/rl/test_ppo.py runs them",
     "--tasks push ": "25-55 min of PPO from a weak start: test/rl/test_ppo_learning.py runs the recipe",
     "--tasks push_two_goals ": "hours of PPO (the measurement docs/experiments.md records)",
@@ -142,57 +146,61 @@ def not_run_reason(line: str) -> str | None:
     return next((why for key, why in NOT_RUN.items() if key in line), None)
 
 
-def makefile_recipe(target: str) -> list[str]:
-    """The shell lines of a Makefile target's recipe (continuations joined)."""
+def makefile_recipe(line: str) -> list[str]:
+    """The shell lines a `make TARGET [ARGS="..."]` line runs (continuations joined, $(VENV) and $(ARGS) filled)."""
+    words = shlex.split(line)
+    args = next((w.removeprefix("ARGS=") for w in words if w.startswith("ARGS=")), "")
     text = (REPO / "Makefile").read_text().replace("\\\n", " ")
-    body = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
-    return [" ".join(line.split()) for line in body.splitlines()]
+    body = re.search(rf"^{re.escape(words[1])}:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+    lines = [" ".join(line.split()) for line in body.splitlines()]
+    return [line.replace("$(VENV)", ".venv").replace("$(ARGS)", args).strip() for line in lines]
 
 
-GRAPH_READY = {  # a graph that runs until stopped: the line that says it works, then Ctrl-C
-    "sim_train": "policy loaded from",
-    "real_arm": "policy loaded from",
-}
+# a graph that runs until stopped: the line that says it has done its job, then Ctrl-C; the trainer (sim_train
+# without trainer:=false) is shrunk by graph arguments and stopped once it has finished
+GRAPH_DONE = {"sim_train": "policy loaded from", "real_arm": "policy loaded from"}
+TRAINER_SHRINK = ["demo_episodes:=2", "iters:=4", "eval_every:=4", "eval_episodes:=1", "ppo_env_steps:=0"]
+
+
+def run_graph_until(argv: list[str], done: str, cwd: Path, env: dict, line: str) -> str:
+    from diffpolicy_ros.nodes.runner import stop_graph
+
+    log_path = cwd / "graph.log"
+    with open(log_path, "w") as log:
+        graph = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while done not in log_path.read_text() and graph.poll() is None:
+            assert time.monotonic() < deadline, f"{line}\n{log_path.read_text()[-3000:]}"
+            time.sleep(0.5)
+        code = stop_graph(graph, timeout=30)
+    output = log_path.read_text()
+    assert code == 0 and done in output, f"{line}\n{output[-3000:]}"
+    return output
 
 
 def run_line(line: str, cwd: Path, env: dict) -> str:
-    """Run one guide line as a user would from the repository root (here a fresh folder with the repository's
-    config/), shrunk; returns its output. A graph that runs until stopped is stopped once it works."""
-    from diffpolicy_ros.nodes.runner import stop_graph
-
+    """Run one guide line as a user would from the repository root (here a folder with the repository's config/),
+    shrunk; returns its output. A graph that runs until stopped is stopped once it has done its job."""
     words = shlex.split(line)
-    if words[0] == "make":  # the recipe's own commands (make vision-policy: 200 demos and 30 min, shrunk)
-        return "".join(run_line(cmd.replace("$(VENV)/bin/diffpolicy", ".venv/bin/diffpolicy").replace("$(ARGS)", ""),
-                                cwd, env) for cmd in makefile_recipe(words[1]))  # fmt: skip
+    if words[0] == "make":  # the recipe's own commands, shrunk like the rest
+        return "".join(run_line(cmd, cwd, env) for cmd in makefile_recipe(line))
     if words[0] == "python3":
         result = subprocess.run(words, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
         return result.stdout
     args = small(cli_args(line))
     argv = [sys.executable, "-m", "diffpolicy_ros.cli", *args]
-    if args[0] == "launch" and args[1] in GRAPH_READY:
+    if args[0] == "launch" and args[1] in GRAPH_DONE:
+        done = GRAPH_DONE[args[1]]
         if args[1] == "real_arm":
             argv.append("allow_unproven:=true")  # the shrunk vision policy is not good enough for the gate
-        if "trainer:=false" not in args:
-            argv += ["demo_episodes:=2", "iters:=4", "eval_episodes:=1", "ppo_env_steps:=0"]
-        log_path = cwd / "graph.log"
-        with open(log_path, "w") as log:
-            graph = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # fmt: skip
-            deadline = time.monotonic() + 300
-            while GRAPH_READY[args[1]] not in log_path.read_text() and graph.poll() is None:
-                assert time.monotonic() < deadline, f"{line}\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.5)
-            code = stop_graph(graph, timeout=30)
-        output = log_path.read_text()
-        assert code == 0 and GRAPH_READY[args[1]] in output, f"{line}\n{output[-3000:]}"
-        return output
+        if args[1] == "sim_train" and "trainer:=false" not in args:
+            argv += TRAINER_SHRINK
+            done = "training finished"
+        return run_graph_until(argv, done, cwd, env, line)
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{line}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
     return result.stdout + result.stderr
-
-
-ALL_LINES = [line for path in GUIDES for line in shell_lines(path.read_text())]
 
 
 @pytest.mark.quick
@@ -204,28 +212,36 @@ def test_no_guide_command_needs_what_make_setup_does_not_put_on_path():
             assert not bare, f"{path.name}: {bare}"
 
 
+# what the guides' later commands read (runs/latest, runs/vision/latest): made once, shrunk, and copied into each
+# guide's folder, as a user has them by the time they read that guide
+PREREQUISITES = ["make sim-train", "make vision-policy"]
+
+
 @pytest.mark.slow
 def test_every_guide_command_runs_as_written(tmp_path):
-    """Every line of every ```bash block in README.md and docs/*.md runs and exits 0 (no traceback), in one fresh
-    folder, shrunk by its documented options — data first, then what trains on it, then what reads a checkpoint,
-    each group in the guides' order — or is listed in NOT_RUN with the reason."""
-    (tmp_path / "config").symlink_to(REPO / "config")
+    """Every line of every ```bash block in README.md and docs/*.md runs and exits 0 (no traceback), in the
+    guide's order, in a fresh folder per guide that holds what the prerequisites made, shrunk by documented
+    options and graph arguments — or is listed in NOT_RUN with the reason."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    stage = {"make": 0, "demo": 0, "train-bc": 1, "train-ppo": 2, "python3": 4}
-
-    def stage_of(line: str) -> int:
-        words = shlex.split(line)
-        return stage.get(words[0], stage.get((cli_args(line) or [""])[0], 3))
-
+    base = tmp_path / "prerequisites"
+    base.mkdir()
+    (base / "config").symlink_to(REPO / "config")
+    for line in PREREQUISITES:
+        run_line(line, base, env)
     ran, skipped = [], []
-    for line in sorted(dict.fromkeys(ALL_LINES), key=stage_of):
-        if not_run_reason(line):
-            skipped.append(line)
-            continue
-        output = run_line(line, tmp_path, env)
-        assert "Traceback" not in output, f"{line}\n{output[-3000:]}"
-        ran.append(line)
-    assert len(ran) >= 40 and len(skipped) <= 20, (len(ran), skipped)
-    assert (tmp_path / "videos").is_dir() and any((tmp_path / "videos").glob("*.mp4"))
-    assert json.loads((tmp_path / "replay" / "report.json").read_text())["status"] == "ok"
-    assert (tmp_path / "runs" / "vision" / "latest" / "checkpoints" / "best.pt").exists()
+    for path in GUIDES:
+        lines = list(dict.fromkeys(shell_lines(path.read_text())))
+        folder = tmp_path / path.stem
+        shutil.copytree(base, folder, symlinks=True)
+        for line in lines:
+            if not_run_reason(line):
+                skipped.append(line)
+                continue
+            output = run_line(line, folder, env)
+            assert "Traceback" not in output, f"{path.name}: {line}\n{output[-3000:]}"
+            ran.append(line)
+    assert len(ran) >= 40 and len(skipped) <= 25, (len(ran), skipped)
+    readme = tmp_path / "README"
+    assert (readme / "videos").is_dir() and any((readme / "videos").glob("*.mp4"))
+    assert json.loads((readme / "replay" / "report.json").read_text())["status"] == "ok"
+    assert (readme / "runs" / "vision_few_step" / "latest" / "checkpoints" / "best.pt").exists()

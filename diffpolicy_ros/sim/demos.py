@@ -146,8 +146,8 @@ def run_demos(
             raise StopRequested
 
     # blocks of up to BLOCK_EPISODES, small enough that every worker gets one (4 episodes on 2 workers: 2 + 2)
-    block = max(1, min(BLOCK_EPISODES, -(-episodes // max(workers, 1))))
-    starts = range(0, episodes, block)
+    block_size = max(1, min(BLOCK_EPISODES, -(-episodes // max(workers, 1))))
+    starts = range(0, episodes, block_size)
     used = max(1, min(workers, len(starts)))
     if used < workers:
         tqdm.write(f"demo: {episodes} episodes keep {used} of {workers} workers busy: using {used}", file=sys.stderr)
@@ -157,7 +157,7 @@ def run_demos(
         # forkserver: each worker builds its own MuJoCo model and GL context, nothing inherited (sim/vector.py)
         context = multiprocessing.get_context("forkserver")
         with ProcessPoolExecutor(used, mp_context=context) as pool:
-            futures = {pool.submit(_record_block, **settings, first=s, count=min(block, episodes - s)): s
+            futures = {pool.submit(_record_block, **settings, first=s, count=min(block_size, episodes - s)): s
                        for s in starts}  # fmt: skip
             done = {}
             try:
