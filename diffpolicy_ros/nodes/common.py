@@ -139,6 +139,15 @@ def stopped(node: Node) -> bool:
     return not node.context.ok()
 
 
+def say(node: Node, text: str) -> None:
+    """INFO on the console; after a stop (the node's context gone, rosout with it) straight to stderr, so the last
+    word of a stopped node (the trainer's, the replay's report) neither disappears nor becomes an error."""
+    if stopped(node):
+        print(f"[{node.get_logger().name}] {text}", file=sys.stderr, flush=True)  # the node may be destroyed
+    else:
+        node.get_logger().info(text)
+
+
 @contextmanager
 def quiet_on_stop(node: Node):
     """Around a worker thread's publishing: a failure because a stop shut the context down ends the block

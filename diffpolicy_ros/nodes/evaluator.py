@@ -10,7 +10,6 @@ when the player failed or no chunk came): ``ros2 launch`` exits 0 whatever a nod
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from trajectory_msgs.msg import MultiDOFJointTrajectory
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.eval.chunk_scores import score, write_report
 from diffpolicy_ros.messages.conversions import MessageError, stamp_to_sec, trajectory_to_chunk, twist_vector
-from diffpolicy_ros.nodes.common import LATCHED_QOS, parameter, run_node, stopped
+from diffpolicy_ros.nodes.common import LATCHED_QOS, parameter, run_node, say
 
 # every chunk and every recorded command counts: keep what arrives in a burst instead of only the newest
 KEEP_ALL = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
@@ -99,17 +98,11 @@ class Evaluator(Node):
         report = {"status": status, "source": "replay_eval", **self.labels, **scores}
         write_report(self.out, report, stamps, chunks, cmd_t, cmd_v, self.execute)
         self.reported = True
-        self.say(
+        say(
+            self,
             f"report ({status}): {report['chunks']} chunks, mae_by_step[0] {report['mae_by_step'][0]}, "
-            f"coverage {report['coverage']:.2f} -> {self.out}/report.json"
+            f"coverage {report['coverage']:.2f} -> {self.out}/report.json",
         )
-
-    def say(self, text: str) -> None:
-        """INFO on the console, also after a stop has shut the context down (rosout with it)."""
-        if stopped(self):
-            print(f"[evaluator] {text}", file=sys.stderr, flush=True)
-        else:
-            self.get_logger().info(text)
 
     def close(self) -> None:
         """A stop before the bag ended: report what was played, ``status: interrupted``."""
@@ -119,7 +112,7 @@ class Evaluator(Node):
             self.report("interrupted")
             return
         self.report_counts("interrupted")
-        self.say(f"stopped before any chunk was scored; {self.out}/report.json says so")
+        say(self, f"stopped before any chunk was scored; {self.out}/report.json says so")
 
 
 def main(args: list[str] | None = None) -> int:

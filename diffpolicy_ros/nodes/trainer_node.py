@@ -12,7 +12,6 @@ events.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from diffpolicy_ros.nodes.common import (
     number,
     parameter,
     run_node,
+    say,
 )
 from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
@@ -167,28 +167,20 @@ class TrainerNode(Node):
                 success = result["final_eval"].get("success_rate", "n/a")
             if self.hooks.stop.is_set():  # shut down mid-run: what was learned is saved, nothing was evaluated
                 self.status = "stopped"
-                self.say(f"training stopped; last checkpoints in {self.run_dir}")
+                say(self, f"training stopped; last checkpoints in {self.run_dir}")
                 return
             self.status = f"done: success {success}"
             self.get_logger().info(f"training finished: final success {success}; checkpoints in {self.run_dir}")
         except StopRequested:  # shut down while recording demonstrations: nothing to keep yet
             self.status = "stopped"
-            self.say(f"stopped while recording demonstrations; nothing written to {self.run_dir}")
+            say(self, f"stopped while recording demonstrations; nothing written to {self.run_dir}")
         except Exception as exc:  # report, keep the node (and the graph) up
             if self.hooks.stop.is_set():  # the stop outlasted close()'s wait, and the exit ended the sim workers
                 self.status = "stopped"
-                self.say(f"training stopped ({type(exc).__name__} while shutting down); checkpoints in {self.run_dir}")
+                say(self, f"training stopped ({type(exc).__name__} while shutting down); checkpoints in {self.run_dir}")
                 return
             self.status = f"failed: {exc}"
             self.get_logger().error(f"training failed: {exc}")
-
-    def say(self, text: str) -> None:
-        """INFO on the console; after a shutdown (the node's context is gone, rosout with it) straight to stderr,
-        so the last word of a stopped run neither disappears nor becomes a 'failed to publish' error."""
-        if rclpy.ok():
-            self.get_logger().info(text)
-        else:
-            print(f"[trainer_node] {text}", file=sys.stderr, flush=True)
 
     def announce(self, path: Path, evaluation: dict) -> None:
         self.run_folder.wrote_checkpoint()  # runs/latest: this run, now that it has something to load
@@ -207,7 +199,7 @@ class TrainerNode(Node):
 
     def on_evaluation(self, iteration: int, episodes: int) -> None:
         phase = self.status.removeprefix("training ").strip("()")
-        self.say(f"evaluating {phase} iteration {iteration} on {episodes} held-out episodes")
+        say(self, f"evaluating {phase} iteration {iteration} on {episodes} held-out episodes")
 
     def on_pause(self, request, response):
         self.hooks.running.clear()
