@@ -28,6 +28,19 @@ from diffpolicy_ros.device import default_threads
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
 from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
+from diffpolicy_ros.user_files import (
+    BAG,
+    CHECKPOINT,
+    DATASET,
+    DEPLOYMENT,
+    POLICY_CONFIG,
+    RUN_DIR,
+    TASK_CONFIG,
+    TOPIC_MAP,
+    TRAIN_CONFIG,
+    InputPath,
+    OutputPath,
+)
 
 LEARN_VARIANTS = ("diffusion", "diffusion_ddim10", "diffusion_ddim20", "few_step", "gaussian")  # = bench.learn.VARIANTS
 
@@ -107,23 +120,14 @@ def _print_json_or_table(result: dict, as_json: bool) -> None:
         print(f"{key:<{width}}  {_cell(value)}")
 
 
-def load_task_config(path: Path | None, task: str | None) -> tuple[str, dict]:
-    """Read ``task`` and ``env`` overrides from a YAML file; an explicit ``--task`` wins."""
-    if path is None:
-        return task or "push", {}
-    import yaml
-
-    with open(path) as f:
-        cfg = yaml.safe_load(f) or {}
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("env", {}), dict):
-        raise UserError(f"{path}: expected a mapping with optional 'task' and 'env' keys")
-    return task or cfg.get("task", "push"), dict(cfg.get("env") or {})
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.sim import load_task_config
     from diffpolicy_ros.sim.demos import run_demos
 
-    task, env_overrides = load_task_config(args.config, args.task)
+    if args.config is not None:
+        task, env_overrides = load_task_config(args.config, args.task)
+    else:
+        task, env_overrides = args.task or "push", {}
     limits = None
     if args.deploy is not None:  # demonstrations the arm can follow: within the deployment's filter limits
         from diffpolicy_ros.nodes.graph import load_deployment
@@ -172,18 +176,29 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
     from diffpolicy_ros.rl.bc import load_bc_run, train_bc
 
     run = load_bc_run(args.config)
+    if args.estimator_from is not None:  # the file first: what is wrong with it before what it is for
+        from diffpolicy_ros.models.checkpoint import load_checkpoint
+
+        load_checkpoint(args.estimator_from)
     keys = ("iters", "batch_size", "device", "seed", "eval_every", "eval_episodes", "final_eval_episodes",
             "estimator_iters", "estimator_from")  # fmt: skip
-    run.train = override(run.train, **{key: getattr(args, key) for key in keys})
+    values = {key: getattr(args, key) for key in keys}
+    if args.estimator_from is not None:  # configs hold plain strings (what a checkpoint stores)
+        values["estimator_from"] = str(args.estimator_from)
+    run.train = override(run.train, **values)
     data = args.data
-    if data.is_dir() or data.suffix in (".mcap", ".db3"):  # rosbag2 bags, through the live preprocessing
+    bags = data.is_dir() or data.suffix in (".mcap", ".db3")
+    if bags or args.topic_map is not None:  # rosbag2 bags, through the live preprocessing
         from diffpolicy_ros.bags.dataset import dataset_from_bags
         from diffpolicy_ros.messages.topic_map import TopicMap
         from diffpolicy_ros.models.factory import policy_spec
 
+        topic_map = TopicMap.load(args.topic_map)
+        if not bags:
+            raise UserError(f"--topic-map {args.topic_map} names a cell's topics in bags; --data {data} is a .npz")
         fusion = policy_spec(run.policy).active().fusion
         task_state = fusion.use_task_state or fusion.aux_task_state_weight > 0  # inputs, or the auxiliary labels
-        data, summary = dataset_from_bags(data, TopicMap.load(args.topic_map), task_state, warn=_warn)
+        data, summary = dataset_from_bags(data, topic_map, task_state, warn=_warn)
         _warn(f"from bags: {summary}")
     run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
     result = train_bc(run, data, run_dir, progress=not args.json)
@@ -400,7 +415,12 @@ def cmd_bench_hil(args: argparse.Namespace) -> int:
 
 
 def _video_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--video", type=Path, default=None, help="write an MP4 per episode to this folder")
+    parser.add_argument(
+        "--video",
+        type=OutputPath("folder", "video folder"),
+        default=None,
+        help="write an MP4 per episode to this folder",
+    )
     parser.add_argument("--video-episodes", type=int, default=3, help="how many episodes --video records")
 
 
@@ -419,9 +439,18 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--episodes", type=int, default=20)
     demo.add_argument("--seed", type=int, default=0, help="episode i uses seed S + i")
     demo.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: push, or the config's")
-    demo.add_argument("--config", type=Path, default=None, help="task YAML, e.g. config/sim/push.yaml")
-    demo.add_argument("--out", type=Path, default=None, help="write the episodes to this .npz dataset")
-    demo.add_argument("--run-dir", type=Path, default=None, help="write to RUN_DIR/demos-<timestamp>/demos.npz")
+    demo.add_argument(
+        "--config", type=InputPath(TASK_CONFIG), default=None, help="task YAML, e.g. config/sim/push.yaml"
+    )
+    demo.add_argument(
+        "--out", type=OutputPath("file", "dataset"), default=None, help="write the episodes to this .npz dataset"
+    )
+    demo.add_argument(
+        "--run-dir",
+        type=OutputPath("folder", "runs folder"),
+        default=None,
+        help="write to RUN_DIR/demos-<timestamp>/demos.npz",
+    )
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     demo.add_argument(
@@ -429,11 +458,16 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         help="processes recording blocks of episodes (the same dataset; --images on 2 cores: 2 halve the time)",
     )  # fmt: skip
     demo.add_argument(
-        "--deploy", type=Path, default=None,
+        "--deploy", type=InputPath(DEPLOYMENT), default=None,
         help="a real_arm argument file: the expert stays within its max_speed and max_accel",
     )  # fmt: skip
     _video_options(demo)
-    demo.add_argument("--to-bag", type=Path, default=None, help="write the episodes as a rosbag2 bag (a new folder)")
+    demo.add_argument(
+        "--to-bag",
+        type=OutputPath("new folder", "bag"),
+        default=None,
+        help="write the episodes as a rosbag2 bag (a new folder)",
+    )
     demo.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (--to-bag)")
     demo.add_argument(
         "--compressed", action="store_true", help="--to-bag: cameras as JPEG CompressedImage on <topic>/compressed"
@@ -449,10 +483,18 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
         help="behaviour cloning of a diffusion or Gaussian policy on demonstrations",
     )
     bc.add_argument(
-        "--data", type=Path, required=True, help="a dataset from `diffpolicy demo --out`, or rosbag2 bag(s)"
+        "--data",
+        type=InputPath(DATASET),
+        required=True,
+        help="a dataset from `diffpolicy demo --out`, or rosbag2 bag(s)",
     )
-    bc.add_argument("--config", type=Path, required=True, help="e.g. config/policy/diffusion.yaml")
-    bc.add_argument("--run-dir", type=Path, default=Path("runs"), help="writes RUN_DIR/bc-<timestamp>/")
+    bc.add_argument("--config", type=InputPath(POLICY_CONFIG), required=True, help="e.g. config/policy/diffusion.yaml")
+    bc.add_argument(
+        "--run-dir",
+        type=OutputPath("folder", "runs folder"),
+        default=Path("runs"),
+        help="writes RUN_DIR/bc-<timestamp>/",
+    )
     bc.add_argument("--iters", type=int, default=None, help="default: the config's train.iters")
     bc.add_argument("--batch-size", type=int, default=None, help="default: the config's train.batch_size")
     bc.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
@@ -465,9 +507,16 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
     bc.add_argument(
         "--estimator-iters", type=int, default=None, help="staged BC: the estimator's iterations (default: config's)"
     )
-    bc.add_argument("--estimator-from", default=None, metavar="CHECKPOINT",
-                    help="staged BC: copy the estimator of this staged checkpoint (frozen) instead of training one")
-    bc.add_argument("--topic-map", type=Path, default=None, help="bags: the cell's topic names (a role: topic YAML)")
+    bc.add_argument(
+        "--estimator-from",
+        type=InputPath(CHECKPOINT),
+        default=None,
+        metavar="CHECKPOINT",
+        help="staged BC: copy the estimator of this staged checkpoint (frozen) instead of training one",
+    )
+    bc.add_argument(
+        "--topic-map", type=InputPath(TOPIC_MAP), default=None, help="bags: the cell's topic names (a role: topic YAML)"
+    )
     bc.add_argument("--json", action="store_true")
     _threads_option(bc)
     bc.set_defaults(func=cmd_train_bc)
@@ -479,15 +528,22 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
         formatter_class=_HelpFormatter,
         help="PPO fine-tuning (diffusion: DPPO chain likelihood; or Gaussian)",
     )
-    ppo.add_argument("--config", type=Path, required=True, help="e.g. config/train/push.yaml")
-    ppo.add_argument("--init", type=Path, default=None, help="BC checkpoint to start from (default: the config's)")
-    ppo.add_argument("--run-dir", type=Path, default=None, help="default: runs/ppo-<timestamp>")
-    ppo.add_argument("--resume", default=None, help="auto (newest checkpoint in --run-dir, if any) or a path")
+    ppo.add_argument("--config", type=InputPath(TRAIN_CONFIG), required=True, help="e.g. config/train/push.yaml")
+    ppo.add_argument(
+        "--init", type=InputPath(CHECKPOINT), default=None, help="BC checkpoint to start from (default: the config's)"
+    )
+    ppo.add_argument(
+        "--run-dir", type=OutputPath("folder", "run folder"), default=None, help="default: runs/ppo-<timestamp>"
+    )
+    ppo.add_argument(
+        "--resume",
+        type=InputPath(CHECKPOINT, also=("auto",)),
+        default=None,
+        help="auto (newest checkpoint in --run-dir, if any) or a path",
+    )
     ppo.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")
     ppo.add_argument("--seed", type=int, default=None, help="default: the config's train.seed")
-    ppo.add_argument(
-        "--total-env-steps", type=int, default=None, help="default: the config's train.total_env_steps"
-    )
+    ppo.add_argument("--total-env-steps", type=int, default=None, help="default: the config's train.total_env_steps")
     ppo.add_argument("--n-envs", type=int, default=None, help="default: the config's train.n_envs")
     ppo.add_argument(
         "--eval-episodes", type=int, default=None, help="held-out episodes per evaluation (default: the config's)"
@@ -496,7 +552,7 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
         "--ddim-steps", type=int, default=None, help="sampling steps (default: the config's train.sampler)"
     )
     ppo.add_argument(
-        "--deploy", type=Path, default=None,
+        "--deploy", type=InputPath(DEPLOYMENT), default=None,
         help="a real_arm argument file: fine-tune and evaluate as deployed (executor, safety-filter core, latency)",
     )  # fmt: skip
     ppo.add_argument(
@@ -511,8 +567,8 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
     plot = sub.add_parser(
         "plot", formatter_class=_HelpFormatter, help="write RUN_DIR/curves.png from a training run's metrics.csv"
     )
-    plot.add_argument("run_dir", type=Path)
-    plot.add_argument("--out", type=Path, default=None)
+    plot.add_argument("run_dir", type=InputPath(RUN_DIR))
+    plot.add_argument("--out", type=OutputPath("file", "plot"), default=None, help="default: RUN_DIR/curves.png")
     plot.set_defaults(func=cmd_plot)
 
 
@@ -520,7 +576,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "eval", formatter_class=_HelpFormatter, help="closed-loop evaluation of a checkpoint in the sim"
     )
-    ev.add_argument("--checkpoint", type=Path, required=True)
+    ev.add_argument("--checkpoint", type=InputPath(CHECKPOINT), required=True)
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i uses seed S + i (held out from demos)")
     ev.add_argument("--task", choices=TASK_CHOICES, default=None, help="default: the checkpoint's task")
@@ -531,7 +587,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--any-task", action="store_true", help="allow --task to differ from the checkpoint's")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
     ev.add_argument(
-        "--deploy", type=Path, default=None,
+        "--deploy",
+        type=InputPath(DEPLOYMENT),
+        default=None,
         help="a real_arm argument file: evaluate as deployed (executor, safety-filter core, the cell's latency)",
     )
     ev.add_argument(
@@ -550,12 +608,14 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     rec = sub.add_parser(
         "record", formatter_class=_HelpFormatter, help="record live ROS topics to a rosbag2 bag (Ctrl-C stops)"
     )
-    rec.add_argument("out", type=Path, help="the bag folder to create")
+    rec.add_argument("out", type=OutputPath("new folder", "bag"), help="the bag folder to create")
     rec.add_argument("--topics", nargs="*", default=None, help="default: every topic")
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     rec.add_argument("--metadata-version", type=int, choices=(8, 9), default=9, help="9: Jazzy; 8: Humble can read")
     rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
-    rec.add_argument("--topic-map", type=Path, default=None, help="record the cell's topics of this role: topic YAML")
+    rec.add_argument(
+        "--topic-map", type=InputPath(TOPIC_MAP), default=None, help="record the cell's topics of this role: topic YAML"
+    )
     rec.add_argument(
         "--compressed", action="store_true", help="write raw sensor_msgs/Image topics as JPEG on <topic>/compressed"
     )
@@ -568,8 +628,8 @@ def _add_eval_bag(sub: argparse._SubParsersAction) -> None:
         formatter_class=_HelpFormatter,
         help="open-loop evaluation of a checkpoint against the commands recorded in a rosbag2 bag",
     )
-    evb.add_argument("bag", type=Path)
-    evb.add_argument("--checkpoint", type=Path, required=True)
+    evb.add_argument("bag", type=InputPath(BAG))
+    evb.add_argument("--checkpoint", type=InputPath(CHECKPOINT), required=True)
     evb.add_argument("--samples", type=int, default=1, help="chunks sampled per observation (best-of-N)")
     evb.add_argument("--seed", type=int, default=0)
     evb.add_argument("--device", default="auto")
@@ -578,8 +638,12 @@ def _add_eval_bag(sub: argparse._SubParsersAction) -> None:
     evb.add_argument(
         "--command-topic", default=None, help="the recorded commands to compare with (default: the topic map's)"
     )
-    evb.add_argument("--topic-map", type=Path, default=None, help="the cell's topic names (a role: topic YAML)")
-    evb.add_argument("--out", type=Path, default=None, help="write report.json and PNGs here")
+    evb.add_argument(
+        "--topic-map", type=InputPath(TOPIC_MAP), default=None, help="the cell's topic names (a role: topic YAML)"
+    )
+    evb.add_argument(
+        "--out", type=OutputPath("folder", "report folder"), default=None, help="write report.json and PNGs here"
+    )
     evb.add_argument("--json", action="store_true")
     _threads_option(evb)
     evb.set_defaults(func=cmd_eval_bag)
@@ -633,11 +697,19 @@ def _add_bench_sim(bench_sub: argparse._SubParsersAction) -> None:
 
 def _add_bench_policy(bench_sub: argparse._SubParsersAction) -> None:
     bpol = bench_sub.add_parser(
-        "policy", formatter_class=_HelpFormatter,
+        "policy",
+        formatter_class=_HelpFormatter,
         help="observation -> chunk latency, its encoding and denoising parts, against the default DDIM-10 policy",
     )
-    bpol.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default policy")
-    bpol.add_argument("--config", type=Path, default=None, help="a policy config: a randomly initialised policy of it")
+    bpol.add_argument(
+        "--checkpoint", type=InputPath(CHECKPOINT), default=None, help="default: an untrained default policy"
+    )
+    bpol.add_argument(
+        "--config",
+        type=InputPath(POLICY_CONFIG),
+        default=None,
+        help="a policy config: a randomly initialised policy of it",
+    )
     bpol.add_argument("--device", default="auto")
     bpol.add_argument("--iters", type=int, default=200)
     bpol.add_argument("--backend", default="auto", help="auto|eager|fast|traced|native")
@@ -659,9 +731,11 @@ def _add_bench_learn(bench_sub: argparse._SubParsersAction) -> None:
         "1100 iterations, ~0.5 success, then config/train/push_weak.yaml)",
     )  # fmt: skip
     blearn.add_argument("--total-env-steps", type=int, default=200_000)
-    blearn.add_argument("--out-dir", type=Path, default=Path("runs/bench_learn"))
-    blearn.add_argument("--init-push", type=Path, default=None, help="BC checkpoints (default: trained here)")
-    blearn.add_argument("--init-push-two-goals", type=Path, default=None)
+    blearn.add_argument("--out-dir", type=OutputPath("folder", "output folder"), default=Path("runs/bench_learn"))
+    blearn.add_argument(
+        "--init-push", type=InputPath(CHECKPOINT), default=None, help="BC checkpoints (default: trained here)"
+    )
+    blearn.add_argument("--init-push-two-goals", type=InputPath(CHECKPOINT), default=None)
     blearn.add_argument("--json", action="store_true")
     _threads_option(blearn)
     blearn.set_defaults(func=cmd_bench_learn)
@@ -674,7 +748,9 @@ def _add_bench_ros(bench_sub: argparse._SubParsersAction) -> None:
         help="sim graph: camera stamp -> chunk latency, chunk rate, executor jitter",
     )
     bros.add_argument("--duration", type=float, default=30.0, help="seconds measured (twice with --busy)")
-    bros.add_argument("--checkpoint", type=Path, default=None, help="default: an untrained default (image) policy")
+    bros.add_argument(
+        "--checkpoint", type=InputPath(CHECKPOINT), default=None, help="default: an untrained default (image) policy"
+    )
     bros.add_argument("--busy", action="store_true", help="then measure again beside one busy process (key: busy)")
     bros.add_argument("--json", action="store_true")
     bros.set_defaults(func=cmd_bench_ros)
@@ -699,7 +775,10 @@ def _add_bench_threads(bench_sub: argparse._SubParsersAction) -> None:
         help="BC step time per torch thread count, quiet and beside a busy process (how --threads was chosen)",
     )
     bthreads.add_argument(
-        "--config", type=Path, default=None, help="policy config (default: config/policy/diffusion_state.yaml)"
+        "--config",
+        type=InputPath(POLICY_CONFIG),
+        default=None,
+        help="policy config (default: config/policy/diffusion_state.yaml)",
     )
     bthreads.add_argument("--steps", type=int, default=20, help="timed BC steps per measurement")
     bthreads.add_argument(
@@ -730,11 +809,18 @@ def _add_bench_hil(bench_sub: argparse._SubParsersAction) -> None:
         help="episodes on the live real_arm graph in HIL mode: does it push the block, and what the filter did",
     )
     bhil.add_argument("overrides", nargs="*", metavar="name:=value", help="real_arm arguments (e.g. max_speed:=0.25)")
-    bhil.add_argument("--checkpoint", type=Path, default=Path(VISION_CHECKPOINT), help="the policy real_arm loads")
+    bhil.add_argument(
+        "--checkpoint", type=InputPath(CHECKPOINT), default=Path(VISION_CHECKPOINT), help="the policy real_arm loads"
+    )
     bhil.add_argument("--episodes", type=int, default=10)
     bhil.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode counts as failed")
     bhil.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i is scene seed + i (eval's held-out seeds)")
-    bhil.add_argument("--out", type=Path, default=None, help="also write hil_episodes.png and hil.json here")
+    bhil.add_argument(
+        "--out",
+        type=OutputPath("folder", "output folder"),
+        default=None,
+        help="also write hil_episodes.png and hil.json here",
+    )
     bhil.add_argument("--busy", action="store_true", help="one busy process beside the graph, as on a robot PC")
     bhil.add_argument("--json", action="store_true")
     bhil.set_defaults(func=cmd_bench_hil)
@@ -759,8 +845,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, func) -> argparse.ArgumentParser | None:
+    """The (sub)command parser whose command is ``func``."""
+    if parser.get_default("func") is func:
+        return parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found = _command_parser(sub, func)
+                if found is not None:
+                    return found
+    return None
+
+
+def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every path the command was given (``InputPath``, ``OutputPath`` options and positionals), checked before
+    it starts: a UserError naming the argument and what is wrong with the file."""
+    for action in _command_parser(parser, args.func)._actions:
+        value = getattr(args, action.dest, None)
+        if value is None or not isinstance(action.type, (InputPath, OutputPath)):
+            continue
+        try:
+            action.type.check(value)
+        except UserError as exc:
+            raise UserError(f"argument {'/'.join(action.option_strings) or action.dest}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if getattr(args, "episodes", 1) < 1:
         print("diffpolicy: --episodes must be at least 1", file=sys.stderr)
         return 2
@@ -769,6 +882,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
+        check_paths(parser, args)
         return args.func(args)
     except KeyboardInterrupt:
         print("diffpolicy: interrupted", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -19,6 +20,7 @@ import yaml
 
 from diffpolicy_ros.arguments import DEVICE_PATTERN, domain_text
 from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.user_files import FileKind, UserFileError, check_input
 
 T = TypeVar("T")
 
@@ -85,7 +87,8 @@ def override(config: T, **values: Any) -> T:
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None) -> T:
-    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error naming the key."""
+    """Build dataclass ``cls`` from a (nested) dict; an unknown key or a value of the wrong type is an error
+    naming the field."""
     data = dict(data or {})
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -95,12 +98,43 @@ def from_dict(cls: type[T], data: dict[str, Any] | None) -> T:
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        expected = type_problem(value, hint)
+        if expected:
+            raise ConfigError(f"{cls.__name__}.{key} = {value!r}: expected {expected}")
+        if dataclasses.is_dataclass(hint):
             value = from_dict(hint, value)
-        elif typing.get_origin(hint) is tuple and isinstance(value, list):
+        elif typing.get_origin(hint) is tuple:
             value = tuple(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+               list: "a list"}  # fmt: skip
+
+
+def type_problem(value: Any, hint: Any) -> str | None:
+    """What a YAML value for a field annotated ``hint`` should have been (None: it is one). Numbers' domains are
+    :class:`Checked`'s; this catches the value of another type (``gamma: high``, ``train: 5``)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        problems = [type_problem(value, option) for option in options]
+        return None if None in problems else " or ".join(p for p in problems if p)
+    if hint is type(None):
+        return None if value is None else "nothing (null)"
+    if dataclasses.is_dataclass(hint):
+        return None if isinstance(value, dict) else f"a mapping of {[f.name for f in dataclasses.fields(hint)]}"
+    base = origin or hint
+    if base is tuple:
+        return None if isinstance(value, (list, tuple)) else "a list"
+    if base is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if base is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if base in _TYPE_WORDS:
+        return None if isinstance(value, base) else _TYPE_WORDS[base]
+    return None  # Any, or a type YAML cannot spell: its own checks apply
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -116,32 +150,58 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-def read_yaml_mapping(path: str | Path, name: str) -> dict[str, Any]:
-    """The mapping in a YAML file (empty file: {}); a missing file, bad YAML or anything but a mapping is a
-    ConfigError that starts with ``name`` (how the caller's user knows the file: "argument config:=X", ...)."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"{name}: no such file")
+def read_yaml_mapping(path: str | Path, kind: FileKind, label: str | None = None) -> dict[str, Any]:
+    """The mapping in a YAML file of ``kind``: a missing, empty or unreadable file, bad YAML, a file with no
+    settings or anything but a mapping is a ConfigError that starts with ``label`` (default: the kind and the
+    path; how the caller's user knows the file: "argument config:=X", ...)."""
+    label = label or f"{kind.name} {path}"
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        file = check_input(path, kind)
+        text = file.read_text()
+    except UserFileError as exc:
+        raise ConfigError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label}: cannot be read as text ({type(exc).__name__})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: not valid YAML ({exc})".replace("\n", " ")) from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{label}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if data is None:
+        raise ConfigError(f"{label}: holds no settings (only comments or blank lines){kind.hint()}")
     if not isinstance(data, dict):
-        raise ConfigError(f"{name}: expected a YAML mapping at the top level")
+        raise ConfigError(f"{label}: expected a YAML mapping (name: value lines) at the top level{kind.hint()}")
     return data
 
 
-def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def load_yaml(path: str | Path, kind: FileKind, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML mapping; ``base: other.yaml`` (relative to this file) is loaded first and this file's keys
     are merged over it, nested mappings key by key, so a variant states only what differs."""
-    path = Path(path).resolve()
-    if path in _seen:
-        raise ConfigError(f"{path}: 'base' files form a cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
-    data = read_yaml_mapping(path, f"config file {path}")
+    resolved = Path(path).expanduser().resolve()
+    if resolved in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, resolved))
+        raise ConfigError(f"{kind.name} {path}: 'base' files form a cycle: {chain}")
+    data = read_yaml_mapping(path, kind)
     base = data.pop("base", None)
     if base is None:
         return data
-    return merge(load_yaml(path.parent / str(base), (*_seen, path)), data)
+    if not isinstance(base, str):
+        raise ConfigError(f"{kind.name} {path}: base = {base!r}: expected the path of another {kind.name}")
+    return merge(load_yaml(resolved.parent / base, kind, (*_seen, resolved)), data)
+
+
+def load_config(cls: type[T], path: str | Path, kind: FileKind, required: tuple[str, ...] = ()) -> T:
+    """Dataclass ``cls`` from a YAML file of ``kind`` (``base:`` merged); a key in ``required`` must be given
+    (a default there would silently change what runs), and every error names the file."""
+    data = load_yaml(path, kind)
+    for key in required:
+        if key not in data:
+            raise ConfigError(f"{kind.name} {path}: no '{key}' key{kind.hint()}")
+    try:
+        return from_dict(cls, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{kind.name} {path}: {exc}") from None
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

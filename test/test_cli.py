@@ -88,12 +88,12 @@ def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> None
 
 @pytest.mark.quick
 def test_user_mistakes_end_in_one_line_and_leave_no_run_folder(tmp_path, tiny_checkpoint):
-    missing = cli("train-bc", "--data", "demos.npz", "--config", "config/policy/nope.yaml", "--run-dir", tmp_path / "r")
-    one_error_line(missing, "no such file", "nope.yaml")
     misspelt = tmp_path / "bad.yaml"
     misspelt.write_text("policy:\n  kind: diffusion\n  diffusoin: {}\n")
     demos = tmp_path / "demos.npz"
     assert cli("demo", "--episodes", "1", "--out", demos, "--json").returncode == 0
+    missing = cli("train-bc", "--data", demos, "--config", "config/policy/nope.yaml", "--run-dir", tmp_path / "r")
+    one_error_line(missing, "--config", "no such file", "nope.yaml")
     typo = cli("train-bc", "--data", demos, "--config", misspelt, "--iters", "1", "--run-dir", tmp_path / "r")
     one_error_line(typo, "diffusoin")
     assert not (tmp_path / "r").exists()  # the failed runs left nothing behind, not even runs/latest
@@ -129,6 +129,8 @@ def test_table_for_people_json_for_machines():
 
 @pytest.mark.quick
 def test_typed_mistakes_name_the_argument_before_anything_starts(tmp_path):
+    unread = tmp_path / "d.npz"
+    unread.write_bytes(b"not read: the config is refused first")
     for args, fragments in [
         (("launch", "real_arm", "dry_run:=ture"), ("dry_run:='ture'", "true or false")),
         (("launch", "real_arm", "max_speed:=fast"), ("max_speed:='fast'", "a number > 0")),
@@ -137,9 +139,9 @@ def test_typed_mistakes_name_the_argument_before_anything_starts(tmp_path):
         (("eval-bag", "bag", "--checkpoint", "c.pt", "--sample", "3"), ("--sample",)),
         (("eval", "--checkpoint", "c.pt", "--episode", "3"), ("--episode",)),
         (("train-bc", "--data", tmp_path / "missing.npz", "--config", "config/policy/diffusion_state.yaml",
-          "--run-dir", tmp_path), ("missing.npz", "no such dataset file")),
-        (("train-bc", "--data", tmp_path / "missing.npz", "--config", "config/policy/diffusion_state.yaml",
-          "--eval-every", "0", "--run-dir", tmp_path), ("BCConfig.eval_every = 0",)),
+          "--run-dir", tmp_path), ("--data", "missing.npz", "no such file")),
+        (("train-bc", "--data", unread, "--config", "config/policy/diffusion_state.yaml",
+          "--eval-every", "0", "--run-dir", tmp_path), ("BCConfig.eval_every = 0",)),  # before the data is read
     ]:  # fmt: skip
         result = cli(*args)
         assert "[launch]" not in result.stdout  # refused before any node started
@@ -158,7 +160,7 @@ def test_a_bug_keeps_its_traceback_only_user_errors_are_one_line(monkeypatch, ca
     def mistake(args):
         raise UserError("bag.mcap: no commands on /arm/cmd_twist")
 
-    parser_args = ["plot", "runs/x"]
+    parser_args = ["plot", str(REPO / "config")]  # an existing folder: the command itself runs
     monkeypatch.setattr(cli_module, "build_parser", _parser_with(cli_module, bug))
     with pytest.raises(ValueError, match="internal shape mismatch"):
         cli_module.main(parser_args)

@@ -12,13 +12,14 @@ from diffpolicy_ros.models.gaussian_policy import GaussianPolicyConfig
 from diffpolicy_ros.models.heads import apply_sampler
 from diffpolicy_ros.models.unet1d import UNetConfig
 from diffpolicy_ros.rl.ppo import load_ppo_run
+from diffpolicy_ros.user_files import TRAIN_CONFIG
 
 
 @pytest.mark.quick
 def test_a_variant_states_only_what_differs_from_its_base(tmp_path):
     (tmp_path / "base.yaml").write_text("task: push\ntrain:\n  n_envs: 16\n  sampler: {eta: 1.0, min_std: 0.1}\n")
     (tmp_path / "variant.yaml").write_text("base: base.yaml\ntrain:\n  sampler: {min_std: 0.05}\n")
-    assert load_yaml(tmp_path / "variant.yaml") == {
+    assert load_yaml(tmp_path / "variant.yaml", TRAIN_CONFIG) == {
         "task": "push",
         "train": {"n_envs": 16, "sampler": {"eta": 1.0, "min_std": 0.05}},
     }
@@ -29,9 +30,9 @@ def test_base_cycles_and_missing_files_are_clear_errors(tmp_path):
     (tmp_path / "a.yaml").write_text("base: b.yaml\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ValueError, match="cycle"):
-        load_yaml(tmp_path / "a.yaml")
+        load_yaml(tmp_path / "a.yaml", TRAIN_CONFIG)
     with pytest.raises(ConfigError, match="missing.yaml"):
-        load_yaml(tmp_path / "missing.yaml")
+        load_yaml(tmp_path / "missing.yaml", TRAIN_CONFIG)
 
 
 @pytest.mark.quick

@@ -29,6 +29,7 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.bench.load import busy_neighbour
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.stats import wilson_interval
+from diffpolicy_ros.models.checkpoint import load_checkpoint
 from diffpolicy_ros.runs import EVAL_SEED
 
 FILTER_COUNTS = ("speed_limited", "accel_limited", "box_limited", "deadman_stops", "stale_input_stops", "ticks")
@@ -74,6 +75,7 @@ def bench_hil(
         raise UserError("bench hil: give the first scene as --seed, not seed:=")
     if not Path(checkpoint).is_file():
         raise UserError(f"no checkpoint at {checkpoint} (make vision-policy writes the default one)")
+    load_checkpoint(checkpoint)  # a file that is not one ends here, in one line, before any node starts
     env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_hil_"))
     arguments = {

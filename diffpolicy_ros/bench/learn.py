@@ -142,6 +142,9 @@ def bench_learn(
         "total_env_steps": total_env_steps,
         "start": start,
     }
+    for given in (init or {}).values():
+        if given:
+            load_checkpoint(given)  # a file that is not one ends here, not after an hour of the other task
     for task in tasks:
         recipe = RECIPES[task]
         starts: dict[str, str] = {}

@@ -116,9 +116,12 @@ def bench_ros(
 
     from diffpolicy_ros.bench.load import busy_neighbour
     from diffpolicy_ros.messages.conversions import stamp_to_sec
+    from diffpolicy_ros.models.checkpoint import load_checkpoint
     from diffpolicy_ros.nodes.common import COMMAND_QOS, SENSOR_QOS
     from diffpolicy_ros.nodes.runner import spawn_graph, stop_graph
 
+    if checkpoint is not None:
+        load_checkpoint(checkpoint)  # a file that is not one ends here, in one line, before any node starts
     env = loopback_env()
     tmp = Path(tempfile.mkdtemp(prefix="diffpolicy_bench_ros_"))
     ckpt = checkpoint or untrained_image_checkpoint(tmp / "policy.pt")

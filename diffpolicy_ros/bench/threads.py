@@ -83,8 +83,10 @@ def bench_threads(config: Path | None = None, steps: int = 20, counts: tuple[int
     """Median s/step per thread count (0 = torch's default), quiet and beside one busy process."""
     from diffpolicy_ros.assets import config_file
     from diffpolicy_ros.device import default_threads
+    from diffpolicy_ros.rl.bc import load_bc_run
 
     config = config or config_file("policy/diffusion_state.yaml")
+    load_bc_run(config)  # a bad config ends here, in one line, not in each measuring process
     ctx = mp.get_context("spawn")  # a fresh torch per measurement: thread pools do not shrink in-process
     result: dict = {"cpu_count": os.cpu_count(), "cli_default_threads": default_threads(), "steps": steps}
     for load in ("quiet", "busy"):

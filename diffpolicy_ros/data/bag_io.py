@@ -16,6 +16,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, ReaderEr
 from rosbags.typesys import Stores, get_typestore
 
 from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.user_files import BAG, UserFileError, check_input
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 STORAGE = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
@@ -136,9 +137,10 @@ def bag_info(path: str | Path) -> BagInfo:
 
 @contextmanager
 def _open_reader(path: str | Path) -> Iterator[Reader]:
-    path = Path(path)
-    if not path.exists():
-        raise BagError(f"no bag at {path}")
+    try:
+        path = check_input(path, BAG)
+    except UserFileError as exc:
+        raise BagError(str(exc)) from None
     try:
         reader = Reader(path)
         reader.open()

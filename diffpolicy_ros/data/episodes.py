@@ -23,6 +23,7 @@ import numpy as np
 
 from diffpolicy_ros.atomic_file import atomic_write
 from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.user_files import DATASET, UserFileError, check_input
 
 FORMAT_VERSION = 1
 
@@ -68,10 +69,14 @@ class EpisodeDataset:
     @classmethod
     def load(cls, path: str | Path) -> EpisodeDataset:
         try:
+            path = check_input(path, DATASET)
+        except UserFileError as exc:
+            raise DatasetError(str(exc)) from None
+        if path.is_dir():
+            raise DatasetError(f"dataset {path}: is a folder, but not a bag; a dataset file is a .npz{DATASET.hint()}")
+        try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
-        except FileNotFoundError:
-            raise DatasetError(f"{path}: no such dataset file (record one with `diffpolicy demo --out FILE`)") from None
         except Exception as exc:  # zip, header or pickle errors all mean "not a dataset"
             raise DatasetError(f"{path}: not a readable episode dataset ({exc})") from exc
         for key in ("action", "reward", "episode_ends", "meta"):

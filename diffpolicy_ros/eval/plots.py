@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.eval.stats import wilson_interval  # noqa: E402
+from diffpolicy_ros.user_files import RUN_DIR, check_input  # noqa: E402
 
 PPO_PANELS = (
     ("success rate", ("success_rate", "eval_success_rate")),
@@ -23,11 +24,14 @@ BC_PANELS = (("loss", ("loss",)), ("evaluation", ("eval_success_rate",)))
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
-    path = Path(run_dir) / "metrics.csv"
+    path = check_input(run_dir, RUN_DIR) / "metrics.csv"
     if not path.is_file():
         raise UserError(f"{path}: no metrics.csv (is {run_dir} a training run directory?)")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{path}: not a metrics table ({type(exc).__name__}){RUN_DIR.hint()}") from None
     if not rows:
         raise UserError(f"{path}: no rows yet")
     return rows

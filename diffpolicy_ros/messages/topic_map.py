@@ -44,8 +44,9 @@ class TopicMap:
         if not path:
             return cls()
         from diffpolicy_ros.config import read_yaml_mapping
+        from diffpolicy_ros.user_files import TOPIC_MAP
 
-        data = read_yaml_mapping(path, f"topic map {path}")
+        data = read_yaml_mapping(path, TOPIC_MAP)
         unknown = sorted(set(data) - set(ROLES))
         if unknown:
             raise UserError(f"topic map {path}: unknown role(s) {unknown}; roles: {sorted(ROLES)}")

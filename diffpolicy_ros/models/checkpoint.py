@@ -26,6 +26,7 @@ from diffpolicy_ros.atomic_file import atomic_write
 from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.models.factory import PolicySpec, build_policy, policy_spec, spec_dict
+from diffpolicy_ros.user_files import CHECKPOINT, UserFileError, check_input
 
 FORMAT = "diffpolicy_ros/checkpoint"
 VERSION = 2  # 2: meta is a CheckpointMeta (version 1 files still load; their missing meta keys get defaults)
@@ -65,9 +66,10 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        path = check_input(path, CHECKPOINT)
+    except UserFileError as exc:
+        raise CheckpointError(str(exc)) from None
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, pickle with foreign objects, ...

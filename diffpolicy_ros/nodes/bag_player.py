@@ -27,12 +27,14 @@ from diffpolicy_ros.messages.conversions import sec_to_stamp
 from diffpolicy_ros.nodes.common import (
     LATCHED_QOS,
     ParameterError,
+    file_parameter,
     flag,
     parameter,
     positive,
     quiet_on_stop,
     run_node,
 )
+from diffpolicy_ros.user_files import BAG
 
 NS = 1_000_000_000
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # rosbag2's clock publisher QoS
@@ -54,11 +56,15 @@ def rclpy_qos(recorded) -> QoSProfile:
 
 
 class BagPlayer(Node):
+    FILE_PARAMETERS = {"bag": BAG}
+
     def __init__(self):
         super().__init__("bag_player")
         from rosbags.rosbag2 import Reader
 
-        self.path = parameter(self, "bag", "", bool, "must name a bag")
+        self.path, self.info = file_parameter(self, "bag", "the bag to play", bag_info)
+        if not self.path:
+            raise ParameterError("bag_player: parameter 'bag' = '': must name a bag")
         self.rate = parameter(self, "rate", 1.0, positive, "must be > 0")
         self.offset = parameter(self, "start_offset_s", 0.0, lambda v: v >= 0, "must be >= 0")
         self.loop = flag(self, "loop", False)
@@ -73,7 +79,6 @@ class BagPlayer(Node):
         self.declare_parameter("topics", [""])
         wanted = {t for t in self.get_parameter("topics").value if t}
         try:
-            self.info = bag_info(self.path)
             self.reader = Reader(self.path)
             self.reader.open()
         except (BagError, OSError) as exc:

@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -18,6 +19,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from diffpolicy_ros.arguments import ArgumentError, parse_bool, parse_number
 from diffpolicy_ros.contract import DIAGNOSTICS_TOPIC
 from diffpolicy_ros.errors import UserError
+from diffpolicy_ros.user_files import check_input
 
 # Sensor streams: newest sample wins, a lost frame is better than a late one.
 SENSOR_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
@@ -60,6 +62,22 @@ def parameter(node: Node, name: str, default, check: Callable | None = None, why
     if check is not None and not check(value):
         raise ParameterError(f"{node.get_name()}: parameter '{name}' = {value!r}: {why}")
     return value
+
+
+def file_parameter(node: Node, name: str, why: str, read: Callable[[str], Any] | None = None) -> tuple[str, Any]:
+    """A path parameter ('' : not given) of a kind of user file the node's class names in ``FILE_PARAMETERS``:
+    checked at start (the file exists, has its form, is not empty) and read by ``read`` when given, so a bad
+    file stops the node with one line naming the parameter and what is wrong with the file. Returns (the path,
+    what ``read`` returned)."""
+    kind = type(node).FILE_PARAMETERS[name]
+    value = parameter(node, name, "", lambda v: isinstance(v, str), f"{why} (a path)")
+    if not value:
+        return "", None
+    try:
+        check_input(value, kind)
+        return value, read(value) if read is not None else None
+    except UserError as exc:
+        raise ParameterError(f"{node.get_name()}: parameter '{name}' = {value!r}: {exc}") from None
 
 
 def number(

@@ -7,6 +7,7 @@ Arguments (``name:=value``) and their defaults are listed per graph in :data:`AR
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,20 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.arguments import ArgumentError
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import read_yaml_mapping
+from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
 from diffpolicy_ros.safety.deployment import Deployment, parse_latency_range
+from diffpolicy_ros.user_files import (
+    BAG,
+    DATASET,
+    DEPLOYMENT,
+    POLICY_CONFIG,
+    TOPIC_MAP,
+    TRAIN_CONFIG,
+    FileKind,
+    check_input,
+    check_output,
+)
 
 VISION_CHECKPOINT = "runs/vision/latest/checkpoints/best.pt"  # written by `make vision-policy`
 
@@ -121,19 +134,68 @@ def _joint_names(name: str, value: Any) -> list[str]:
     return names
 
 
+class FileArgument:
+    """A graph argument that names a file of ``kind`` ('' : not given). Converting it is plain text — a graph can
+    be described for files still to be made —; :func:`check_files` checks it before a node starts, and reads it
+    with ``read`` where that is cheap (configs; a dataset or a bag is read by its node, which stops with one
+    line)."""
+
+    def __init__(self, kind: FileKind, read: Callable[[str], Any] | None = None):
+        self.kind, self.read = kind, read
+
+    def __call__(self, name: str, value: Any) -> str:
+        return A.text(name, value)
+
+    def check(self, path: str) -> None:
+        check_input(path, self.kind)
+        if self.read is not None:
+            self.read(path)
+
+
+class OutputArgument:
+    """A graph argument that names where a node writes: a ``form`` (user_files.check_output) called ``what``."""
+
+    def __init__(self, form: str, what: str, required: bool = False):
+        self.form, self.what, self.required = form, what, required
+
+    def __call__(self, name: str, value: Any) -> str:
+        return A.nonempty(name, value) if self.required else A.text(name, value)
+
+    def check(self, path: str) -> None:
+        check_output(path, self.form, self.what)
+
+
+def _read_policy_config(path: str) -> None:
+    from diffpolicy_ros.rl.bc import load_bc_run  # torch: only when a graph is given its own config
+
+    load_bc_run(path)
+
+
+def _read_topic_map(path: str) -> None:
+    from diffpolicy_ros.messages.topic_map import TopicMap  # ROS message types: only when a map is given
+
+    TopicMap.load(path)
+
+
+def _read_train_config(path: str) -> None:
+    from diffpolicy_ros.rl.ppo import load_ppo_run
+
+    load_ppo_run(path)
+
+
 # The kind of every argument of every graph (one name means one thing in all graphs).
 KINDS: dict[str, A.Kind] = {
     "device": A.device,
     "obs": A.choice(OBS_RECIPES),
     "start": A.choice(STARTS),
-    "policy_config": A.text,
-    "demos": A.text,
+    "policy_config": FileArgument(POLICY_CONFIG, _read_policy_config),
+    "demos": FileArgument(DATASET),
     "checkpoint": A.text,
     "min_success": A.number(0, 1),
     "allow_unproven": A.flag,
     "ddim_steps": A.integer(0),
     "headless": A.flag,
-    "run_dir": A.text,
+    "run_dir": OutputArgument("folder", "run folder"),
     "task": A.choice(C.TASK_NAMES),
     "seed": A.integer(0),
     "real_time_factor": A.POSITIVE,
@@ -144,8 +206,8 @@ KINDS: dict[str, A.Kind] = {
     "eval_every": A.optional(A.integer(1)),
     "first_checkpoint_iter": A.integer(0),
     "ppo_env_steps": A.optional(A.integer(0)),
-    "ppo_config": A.text,
-    "deploy": A.text,
+    "ppo_config": FileArgument(TRAIN_CONFIG, _read_train_config),
+    "deploy": FileArgument(DEPLOYMENT, lambda path: load_deployment(path)),
     "ppo_envs": A.optional(A.integer(1)),
     "demo_episodes": A.optional(A.integer(1)),
     "eval_episodes": A.optional(A.integer(1)),
@@ -153,8 +215,8 @@ KINDS: dict[str, A.Kind] = {
     "trainer": A.flag,
     "max_speed": A.POSITIVE,
     "dry_run": A.flag,
-    "record": A.text,
-    "config": A.text,
+    "record": OutputArgument("new folder", "bag"),
+    "config": FileArgument(DEPLOYMENT),  # read by load_arguments, before the others
     "cmd_twist_topic": A.topic,
     "servo_node": A.text,
     "box_low": A.point,
@@ -175,12 +237,12 @@ KINDS: dict[str, A.Kind] = {
     "ee_pose_topic": A.topic,
     "speed_scaling_topic": A.topic,
     "deploy_latency_ms": parse_latency_range,
-    "bag": A.text,
-    "out": A.nonempty,
+    "bag": FileArgument(BAG),
+    "out": OutputArgument("folder", "report folder", required=True),
     "rate": A.POSITIVE,
     "command_topic": A.topic,
     "delay_s": A.NON_NEGATIVE,
-    "topic_map": A.text,
+    "topic_map": FileArgument(TOPIC_MAP, _read_topic_map),
     "ready_timeout_s": A.POSITIVE,
 }
 
@@ -202,10 +264,12 @@ def load_arguments(name: str, path: str) -> dict[str, str]:
     """Graph arguments from a YAML mapping (``config:=FILE``); unknown keys are an error naming the file."""
     if not path:
         return {}
-    data = read_yaml_mapping(path, f"argument config:={path}")
+    data = read_yaml_mapping(path, DEPLOYMENT)  # real_arm's config:=
     unknown = set(data) - set(ARGUMENTS[name]) - {"config"}
     if unknown:
-        raise ArgumentError(f"{path}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
+        raise ArgumentError(
+            f"{DEPLOYMENT.name} {path}: unknown argument(s) {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}"
+        )
     # YAML gives numbers, booleans and lists; graph arguments are strings, as on the command line
     return {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)) for k, v in data.items()}
 
@@ -219,8 +283,18 @@ def resolve_arguments(name: str, overrides: dict[str, str] | None = None) -> dic
     unknown = set(overrides) - set(ARGUMENTS[name])
     if unknown:
         raise ArgumentError(f"unknown argument(s) for {name}: {sorted(unknown)}; valid: {sorted(ARGUMENTS[name])}")
-    raw = {**ARGUMENTS[name], **load_arguments(name, overrides.get("config", "")), **overrides}
-    values = {key: KINDS[key](key, value) for key, value in raw.items()}
+    try:
+        from_file = load_arguments(name, overrides.get("config", ""))
+    except UserError as exc:
+        raise ArgumentError(f"argument config:={overrides['config']}: {exc}") from None
+    raw = {**ARGUMENTS[name], **from_file, **overrides}
+    values = {}
+    for key, value in raw.items():
+        try:
+            values[key] = KINDS[key](key, value)
+        except ArgumentError as exc:  # a value the file gave: say which file
+            in_file = key in from_file and key not in overrides
+            raise (ArgumentError(f"argument config:={overrides['config']}: {exc}") if in_file else exc) from None
     if values.get("checkpoint"):  # nodes may run in another working directory (ros2 launch): an absolute path
         values["checkpoint"] = str(Path(values["checkpoint"]).expanduser().resolve())
     return values
@@ -236,6 +310,25 @@ def graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
     """The nodes of graph ``name`` with arguments applied (unknown or malformed arguments are an error)."""
     values = resolve_arguments(name, overrides)
     return {"sim_train": sim_train, "real_arm": real_arm, "replay_eval": replay_eval}[name](values)
+
+
+def check_files(name: str, overrides: dict[str, str] | None = None) -> None:
+    """The files graph ``name``'s arguments name, checked (and configs read) as the nodes will read them: a bad
+    one is an ArgumentError naming ``name:=`` and what is wrong with the file, before any node starts."""
+    values = resolve_arguments(name, overrides)
+    for key, value in values.items():
+        argument = KINDS[key]
+        if isinstance(argument, (FileArgument, OutputArgument)) and value:
+            try:
+                argument.check(value)
+            except UserError as exc:
+                raise ArgumentError(f"argument {key}:={value}: {exc}") from None
+
+
+def launch_graph(name: str, overrides: dict[str, str] | None = None) -> list[NodeSpec]:
+    """What a launcher starts (``diffpolicy launch``, the launch files): :func:`graph` once its files are checked."""
+    check_files(name, overrides)
+    return graph(name, overrides)
 
 
 # -- the nodes every graph shares -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ lazily, because the pip route has neither).
 
 from __future__ import annotations
 
-from diffpolicy_ros.nodes.graph import ARGUMENTS, graph
+from diffpolicy_ros.nodes.graph import ARGUMENTS, launch_graph
 
 
 def generate(graph_name: str):
@@ -35,7 +35,7 @@ def generate(graph_name: str):
                 output="screen",
                 on_exit=Shutdown(reason=f"required node {spec.name} exited") if spec.required else None,
             )
-            for spec in graph(graph_name, overrides)
+            for spec in launch_graph(graph_name, overrides)
         ]
 
     actions = [DeclareLaunchArgument(key, default_value=value) for key, value in ARGUMENTS[graph_name].items()]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from diffpolicy_ros.arguments import ArgumentError
-from diffpolicy_ros.nodes.graph import NodeSpec, graph
+from diffpolicy_ros.nodes.graph import NodeSpec, launch_graph
 
 STOP_TIMEOUT_S = 10.0
 
@@ -56,7 +56,7 @@ def _pump(name: str, stream, out) -> None:
 
 
 def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
-    specs = graph(name, overrides)
+    specs = launch_graph(name, overrides)
     env = graph_environment()
     procs: dict[str, tuple[NodeSpec, subprocess.Popen]] = {}
     for spec in specs:

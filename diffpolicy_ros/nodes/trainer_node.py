@@ -26,13 +26,13 @@ from std_srvs.srv import Trigger
 from diffpolicy_ros.assets import config_file
 from diffpolicy_ros.config import override
 from diffpolicy_ros.contract import CHECKPOINT_TOPIC, TASK_NAMES
-from diffpolicy_ros.errors import StopRequested, UserError
+from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.models.checkpoint import describe_evaluation
 from diffpolicy_ros.nodes.common import (
     LATCHED_QOS,
     Diagnostics,
-    ParameterError,
     checked_device,
+    file_parameter,
     number,
     parameter,
     run_node,
@@ -42,22 +42,41 @@ from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.recipes import DEFAULT_RECIPE as DEFAULTS  # what it trains when not told (sim_train's)
 from diffpolicy_ros.runs import RunDir, link_checkpoint, new_run_dir
+from diffpolicy_ros.user_files import DATASET, DEPLOYMENT, POLICY_CONFIG, TRAIN_CONFIG
 
 MAX_COUNT = 10_000_000  # the upper end of the declared ranges of counts (rclpy ranges need both ends)
 
 
 class TrainerNode(Node):
+    FILE_PARAMETERS = {"config": POLICY_CONFIG, "demos": DATASET, "ppo_config": TRAIN_CONFIG, "deploy": DEPLOYMENT}
+
     def __init__(self):
         super().__init__("trainer_node")
         # parameters: declared with their domains (ros2 param describe shows them); a bad value stops the node
         # here with one line naming it, not mid-training
+        # the trainer needs the simulator; imported here so every node module imports on a robot PC without one
+        from diffpolicy_ros.data.episodes import EpisodeDataset
+        from diffpolicy_ros.nodes.graph import load_deployment
+        from diffpolicy_ros.rl.bc import load_bc_run
+        from diffpolicy_ros.rl.ppo import load_ppo_run
+
+        # the files: each read here, so a bad one stops the node with one line before any training
+        config, bc_run = file_parameter(self, "config", "the policy/BC config (default: the multimodal policy)",
+                                        load_bc_run)  # fmt: skip
+        demos, self.dataset = file_parameter(self, "demos", "a dataset; empty: record demo_episodes with the expert",
+                                             EpisodeDataset.load)  # fmt: skip
+        if self.dataset is not None:  # what the checkpoints' meta names as their data
+            self.dataset.meta.setdefault("source", [demos])
+        ppo_config, ppo_run = file_parameter(self, "ppo_config", f"default: {DEFAULTS.ppo_config}", load_ppo_run)
+        deploy, deployment = file_parameter(self, "deploy", "a real_arm file: PPO fine-tunes in the sim as deployed",
+                                            load_deployment)  # fmt: skip
         text = {
-            "config": parameter(self, "config", "", why="the policy/BC config (default: the multimodal policy)"),
-            "demos": parameter(self, "demos", "", why="a dataset; empty: record demo_episodes with the expert"),
+            "config": config,
+            "demos": demos,
             "task": parameter(self, "task", "push", lambda v: v in TASK_NAMES, f"one of {', '.join(TASK_NAMES)}"),
             "run_dir": parameter(self, "run_dir", ""),
-            "ppo_config": parameter(self, "ppo_config", "", why=f"default: {DEFAULTS.ppo_config}"),
-            "deploy": parameter(self, "deploy", "", why="a real_arm file: PPO fine-tunes in the sim as deployed"),
+            "ppo_config": ppo_config,
+            "deploy": deploy,
         }
         device = checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
         n = {
@@ -75,13 +94,9 @@ class TrainerNode(Node):
             "torch_threads": number(self, "torch_threads", 1, 0, 256,
                                     description="share the CPU with the sim and the policy node (0: torch's default)"),
         }  # fmt: skip
-        # the trainer needs the simulator; imported here so every node module imports on a robot PC without one
-        from diffpolicy_ros.rl.bc import load_bc_run
-        from diffpolicy_ros.rl.ppo import load_ppo_run
-
         self.run_folder = RunDir(Path(text["run_dir"])) if text["run_dir"] else new_run_dir("sim_train")
         self.run_dir = self.run_folder.path
-        self.run = load_bc_run(text["config"] or config_file(DEFAULTS.policy_config))
+        self.run = bc_run or load_bc_run(config_file(DEFAULTS.policy_config))
         self.run.train = override(
             self.run.train,
             device=device,
@@ -91,15 +106,10 @@ class TrainerNode(Node):
             eval_episodes=n["eval_episodes"],
             final_eval_episodes=n["eval_episodes"],
         )
-        self.ppo = load_ppo_run(text["ppo_config"] or config_file(DEFAULTS.ppo_config))
+        self.ppo = ppo_run or load_ppo_run(config_file(DEFAULTS.ppo_config))
         self.ppo.task = text["task"]
-        if text["deploy"]:  # a bad file stops the node here, before any training
-            from diffpolicy_ros.nodes.graph import load_deployment
-
-            try:
-                self.ppo.deploy = load_deployment(text["deploy"]).as_dict()
-            except UserError as exc:
-                raise ParameterError(f"trainer_node: parameter 'deploy' = {text['deploy']!r}: {exc}") from None
+        if deployment is not None:
+            self.ppo.deploy = deployment.as_dict()
         self.ppo.train = override(
             self.ppo.train,
             device=device,
@@ -135,11 +145,11 @@ class TrainerNode(Node):
 
         try:
             self.run_folder.start()
-            demos = self.params["demos"]
+            demos = self.dataset  # read at start
             log = self.get_logger()
             ppo_steps = self.ppo.train.total_env_steps
             plan = f"BC {self.run.train.iters} iterations" + (f", then PPO to {ppo_steps} env steps" * bool(ppo_steps))
-            if not demos:
+            if demos is None:
                 self.status = "recording demonstrations"
                 demos = self.run_dir / "demos.npz"
                 episodes, obs_mode = int(self.params["demo_episodes"]), self.run.obs_mode()  # images if it reads them

@@ -27,7 +27,6 @@ from diffpolicy_ros.config import (
     Checked,
     ConfigError,
     Domain,
-    from_dict,
     to_dict,
 )
 from diffpolicy_ros.contract import EXECUTE_HORIZON
@@ -320,6 +319,15 @@ def train_bc(
 
 
 def load_bc_run(path: str | Path | None) -> BCRun:
-    from diffpolicy_ros.config import load_yaml
+    """A policy config (config/policy/*.yaml; None: the defaults), its policy checked as it is read."""
+    from diffpolicy_ros.config import load_config
+    from diffpolicy_ros.user_files import POLICY_CONFIG
 
-    return from_dict(BCRun, load_yaml(path) if path else {})
+    if not path:
+        return BCRun()
+    run = load_config(BCRun, path, POLICY_CONFIG)
+    try:
+        policy_spec(run.policy)
+    except ConfigError as exc:
+        raise ConfigError(f"{POLICY_CONFIG.name} {path}: policy: {exc}") from None
+    return run

@@ -56,8 +56,7 @@ from diffpolicy_ros.config import (
     Checked,
     ConfigError,
     Domain,
-    from_dict,
-    load_yaml,
+    load_config,
     to_dict,
 )
 from diffpolicy_ros.contract import CONTROL_PERIOD_S, EXECUTE_HORIZON
@@ -91,9 +90,10 @@ from diffpolicy_ros.rl.ppo_math import (
 )
 from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
 from diffpolicy_ros.safety.deployment import Deployment
-from diffpolicy_ros.sim import PushConfig, make_env
+from diffpolicy_ros.sim import PushConfig, check_env_overrides, make_env
 from diffpolicy_ros.sim.deployed import expected_periods_per_decision
 from diffpolicy_ros.sim.vector import make_vec_env
+from diffpolicy_ros.user_files import TRAIN_CONFIG
 
 CSV_FIELDS = (
     "iteration", "env_steps", "success_rate", "episode_return", "episodes", "actor_loss", "policy_loss",
@@ -214,7 +214,19 @@ class PPORun:
 
 
 def load_ppo_run(path: str | Path | None) -> PPORun:
-    return from_dict(PPORun, load_yaml(path) if path else {})
+    """A train config (config/train/*.yaml; None: the defaults). It must name its task: a default there would
+    silently fine-tune on another task than the user's."""
+    if not path:
+        return PPORun()
+    run = load_config(PPORun, path, TRAIN_CONFIG, required=("task",))
+    label = f"{TRAIN_CONFIG.name} {path}"
+    run.env = check_env_overrides(run.task, run.env, label)
+    if run.policy:
+        try:
+            policy_spec(run.policy)
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: policy: {exc}") from None
+    return run
 
 
 @dataclass

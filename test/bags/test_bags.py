@@ -97,7 +97,7 @@ def test_sqlite3_humble_metadata_and_typestore_written_bags_read_the_same(tmp_pa
 def test_bad_bags_fail_with_a_reason(tmp_path, demo_bag):
     from std_msgs.msg import String
 
-    with pytest.raises(BagError, match="no bag"):
+    with pytest.raises(BagError, match="no such file"):
         bag_info(tmp_path / "missing")
     with open_writer(tmp_path / "chatter") as bag:
         bag.write("/chatter", 1, String(data="hi"))

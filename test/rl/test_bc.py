@@ -120,7 +120,7 @@ def test_eval_cli_reports_success_and_modes(demos, tmp_path, run_cli):
 
 @pytest.mark.quick
 def test_corrupt_and_foreign_checkpoints_raise_clear_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="not found"):
+    with pytest.raises(CheckpointError, match="no such file"):
         load_checkpoint(tmp_path / "missing.pt")
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"\x00" * 100)
