@@ -202,7 +202,8 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         _warn(f"from bags: {summary}")
     run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
     result = train_bc(run, data, run_dir, progress=not args.json)
-    _print_json_or_table(result, args.json)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
+        _print_json_or_table(result, args.json)
     return 0
 
 

@@ -32,12 +32,12 @@ from diffpolicy_ros.config import (
 from diffpolicy_ros.contract import EXECUTE_HORIZON
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import DatasetError, EpisodeDataset
-from diffpolicy_ros.device import resolve_device
 from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.rollout import evaluate_policy
 from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
 from diffpolicy_ros.models.factory import build_policy, policy_spec
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
+from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.estimator import copy_estimator, train_estimator, true_task_state
 from diffpolicy_ros.rl.hooks import TrainHooks
@@ -120,16 +120,19 @@ def step_instructions(dataset: EpisodeDataset) -> list[str]:
 
 
 def bc_step(
-    policy: nn.Module, optimizer: torch.optim.Optimizer, obs: dict, actions: torch.Tensor, grad_clip: float
-) -> torch.Tensor:
-    """One gradient step: the action loss (+ the encoder's auxiliary loss, if any), clipped, applied."""
+    policy: nn.Module, optimizer: torch.optim.Optimizer, obs: dict, actions: torch.Tensor, grad_clip: float,
+    dist: distributed.DistInfo = distributed.SINGLE,
+) -> float:
+    """One gradient step: the action loss (+ the encoder's auxiliary loss, if any), averaged over the ranks under
+    torchrun, clipped, applied. Returns the loss (over every rank's batch)."""
     cond, task_state_prediction = policy.encoder.features(obs)
     loss = policy.bc_loss(obs, actions, cond) + policy.encoder.auxiliary_loss(obs, task_state_prediction)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    mean_loss = distributed.average_gradients(dist, [p for p in policy.parameters() if p.requires_grad], loss)
     torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
     optimizer.step()
-    return loss
+    return mean_loss
 
 
 def train_bc(
@@ -139,15 +142,33 @@ def train_bc(
     progress: bool = True,
     hooks: TrainHooks | None = None,
 ) -> dict:
-    cfg = run.train
-    hooks = hooks or TrainHooks()
+    """Behaviour cloning; under torchrun one rank per device (the process group joined, and left once every rank
+    is done or when this one fails)."""
+    dist = distributed.init_distributed(run.train.device)
+    try:
+        run_folder = as_run_dir(run_dir, "bc")  # rank 0's timestamped name on every rank
+        run_folder = RunDir(Path(distributed.broadcast_object(dist, str(run_folder.path))), run_folder.latest)
+        result = _train_bc(run, dist, data_path, run_folder, progress, hooks or TrainHooks())
+    except BaseException:
+        distributed.shutdown(dist, finished=False)
+        raise
+    distributed.shutdown(dist)
+    return result
+
+
+def _train_bc(
+    run: BCRun, dist: distributed.DistInfo, data_path: str | Path | EpisodeDataset, run_folder: RunDir,
+    progress: bool, hooks: TrainHooks,
+) -> dict:  # fmt: skip
+    cfg, device, run_dir = run.train, dist.device, run_folder.path
     spec = policy_spec(run.policy)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    run_folder = as_run_dir(run_dir, "bc")
-    run_dir = run_folder.path
+    # torchrun: each rank on its shard of the data with batch_size / world_size of the batch, the gradients
+    # averaged (distributed.average_gradients); rank 0 writes the run, evaluates and reports
+    rank_batch = distributed.rank_batch(dist, cfg.batch_size)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank (broadcast from rank 0 below as well)
+    # each rank its own batches and image shifts; rank 0 draws exactly what one process draws
+    rng = np.random.default_rng(cfg.seed if dist.is_main else [cfg.seed, dist.rank])
+    gen = torch.Generator().manual_seed(cfg.seed + 1_000_003 * dist.rank)
 
     # -- data -------------------------------------------------------------------------------------
     # an .npz from `diffpolicy demo`, or a dataset already built (from bags, by the caller)
@@ -179,6 +200,8 @@ def train_bc(
     state_obs = {k: torch.from_numpy(dataset.obs[k]) for k in ("proprio", "goals") if k in dataset.obs}
     policy.encoder.state_norm.fit(policy.encoder.state_vector(state_obs))
     policy.to(device)
+    distributed.broadcast_parameters(dist, policy)
+    main = dist.is_main  # rank 0 writes the run, evaluates and reports
 
     # -- stage one of staged BC: the estimator on the cameras, then frozen --------------------------
     start = time.perf_counter()
@@ -189,14 +212,15 @@ def train_bc(
         estimator = train_estimator(
             policy.encoder, dataset, iters=0 if cfg.estimator_from else cfg.estimator_iters,
             batch_size=cfg.estimator_batch_size, lr=cfg.estimator_lr, holdout=cfg.estimator_holdout,
-            image_shift=cfg.image_shift, rng=rng, gen=gen, device=device, progress=progress,
+            image_shift=cfg.image_shift, rng=rng, gen=gen, device=device, progress=progress and main, dist=dist,
         )  # fmt: skip
         if cfg.estimator_from:
             estimator.summary["from"] = cfg.estimator_from
         for param in policy.encoder.estimator_parameters():
             param.requires_grad_(False)
         true_state = true_task_state(dataset.obs["proprio"])
-        tqdm.write(f"[bc] estimator: {estimator.summary}")
+        if main:
+            tqdm.write(f"[bc] estimator: {estimator.summary}")
 
     # -- stage two (or the only stage): the actor -------------------------------------------------
     ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
@@ -209,11 +233,16 @@ def train_bc(
         return 0.5 * (1 + math.cos(math.pi * (it - cfg.warmup_iters) / max(1, cfg.iters - cfg.warmup_iters)))
 
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-    (run_folder.start() / "checkpoints").mkdir(exist_ok=True)  # the inputs were good: the run begins writing
-    logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
+    logger = None
+    if main:  # the inputs were good: the run begins writing
+        (run_folder.start() / "checkpoints").mkdir(exist_ok=True)
+        logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
 
-    def checkpoint(name: str, it: int, evaluation: dict) -> Path:
-        """``evaluation``: the held-out evaluation of the weights being saved ({} when they were not evaluated)."""
+    def checkpoint(name: str, it: int, evaluation: dict) -> Path | None:
+        """``evaluation``: the held-out evaluation of the weights being saved ({} when they were not evaluated).
+        Rank 0 writes it (every rank holds the same weights)."""
+        if not main:
+            return None
         meta = CheckpointMeta(
             source="bc",
             task=task,
@@ -252,7 +281,8 @@ def train_bc(
 
     # -- loop -------------------------------------------------------------------------------------
     best, last_eval, losses = BestEvaluation(), {}, []
-    bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not progress)
+    own_steps = distributed.shard(dist, np.arange(dataset.n_steps))  # this rank's share of the data
+    bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not (progress and main))
     for it in bar:
         hooks.running.wait()  # paused by the host
         if hooks.stop.is_set():  # asked to stop: keep what was learned, skip the final evaluation
@@ -260,19 +290,18 @@ def train_bc(
                 checkpoint("last.pt", it, {})  # trained past its last evaluation: unevaluated
             break
         policy.train()
-        idx = rng.integers(0, dataset.n_steps, cfg.batch_size)
+        idx = own_steps[rng.integers(0, len(own_steps), rank_batch)]
         obs = obs_to_torch(index_obs(obs_np, idx), device)
         for cam in ("image_top", "image_side"):
             if cam in obs:
                 obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
         if estimator is not None:  # the true block and goal, off by an error the estimator made on held-out frames
-            noise = estimator.residuals[rng.integers(0, len(estimator.residuals), cfg.batch_size)]
+            noise = estimator.residuals[rng.integers(0, len(estimator.residuals), rank_batch)]
             obs["task_state_estimate"] = torch.from_numpy(true_state[idx] + noise).to(device)
         actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
-        loss = bc_step(policy, optimizer, obs, actions, cfg.grad_clip)
+        losses.append(bc_step(policy, optimizer, obs, actions, cfg.grad_clip, dist))
         lr_schedule.step()
         ema.update_parameters(policy)
-        losses.append(loss.item())
         mean_loss = float(np.mean(losses[-cfg.log_every :]))  # the loss a progress line shows: always current
         hooks.progress.update(iter=it + 1, iters_total=cfg.iters, loss=mean_loss)
 
@@ -280,7 +309,7 @@ def train_bc(
             hooks.save_now.clear()
             checkpoint("last.pt", it + 1, {})
         is_last = it + 1 == cfg.iters
-        evaluated = (it + 1) % cfg.eval_every == 0 or is_last
+        evaluated = main and ((it + 1) % cfg.eval_every == 0 or is_last)
         if evaluated:
             episodes = cfg.final_eval_episodes if is_last else cfg.eval_episodes
             hooks.on_evaluation(it + 1, episodes)
@@ -291,7 +320,7 @@ def train_bc(
                 break
             last_eval.pop("per_episode")
             hooks.progress.update(success_rate=last_eval["success_rate"], success_ci95=last_eval["success_ci95"])
-        if (it + 1) % cfg.log_every == 0 or evaluated:  # a CSV row at every log step, evaluation columns when due
+        if main and ((it + 1) % cfg.log_every == 0 or evaluated):  # a CSV row per log step, evaluations when due
             row = {"iter": it + 1, "loss": mean_loss, "lr": lr_schedule.get_last_lr()[0],
                    "wall_s": round(time.perf_counter() - start, 1)}  # fmt: skip
             if evaluated:
@@ -302,7 +331,8 @@ def train_bc(
             checkpoint("last.pt", it + 1, last_eval)
             if best.offer(last_eval):
                 checkpoint("best.pt", it + 1, last_eval)
-    logger.close()
+    if logger is not None:
+        logger.close()
     return {
         "kind": spec.kind,
         "task": task,
@@ -313,6 +343,7 @@ def train_bc(
         "best_success_rate": best.success_rate,
         "train_wall_s": round(time.perf_counter() - start, 1),
         **({"estimator": estimator.summary} if estimator else {}),
+        "world_size": dist.world_size,
         "run_dir": str(run_dir),
         "checkpoint": str(run_dir / "checkpoints" / "last.pt"),
     }

@@ -6,13 +6,16 @@ everything here is a no-op and the trainer runs as a single process.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.device import device_type, resolve_device
 
 BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
@@ -33,6 +36,10 @@ class DistInfo:
         return self.world_size > 1
 
 
+SINGLE = DistInfo()  # one process: no torchrun
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+
+
 def init_distributed(requested_device: str) -> DistInfo:
     """Resolve this rank's device (``LOCAL_RANK`` picks the index) and join the process group if launched
     by torchrun."""
@@ -45,7 +52,8 @@ def init_distributed(requested_device: str) -> DistInfo:
         backend = BACKENDS[device_type(device)]
         if device_type(device) == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend)
+        # rank 0 evaluates alone while the others wait in their next collective: longer than the default 30 min
+        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
     return DistInfo(dist.get_rank(), dist.get_world_size(), device)
 
 
@@ -79,6 +87,42 @@ def mean_across_ranks(info: DistInfo, values: dict[str, float]) -> dict[str, flo
     return {k: float(v) / info.world_size for k, v in zip(keys, tensor.tolist())}
 
 
+def average_gradients(info: DistInfo, params: list[torch.nn.Parameter], loss: torch.Tensor) -> float:
+    """After each rank's ``backward`` on its own batch: every rank's gradients replaced by their mean over ranks
+    (what DDP's all-reduce does, here for training loops that are not one ``forward``: both stages of BC), in one
+    all-reduce that also carries the loss; returns the loss averaged over ranks (the loss of the global batch)."""
+    if not info.enabled:
+        return float(loss.item())
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.detach().reshape(1).float()])
+    dist.all_reduce(flat)
+    flat /= info.world_size
+    offset = 0
+    for param, grad in zip(params, grads):
+        param.grad = flat[offset : offset + grad.numel()].view_as(grad).to(grad.dtype)
+        offset += grad.numel()
+    return float(flat[-1].item())
+
+
+def rank_batch(info: DistInfo, batch_size: int) -> int:
+    """Each rank's part of a global batch of ``batch_size`` (which the ranks must divide evenly)."""
+    if batch_size % info.world_size:
+        raise ConfigError(f"batch size {batch_size} is not a multiple of the {info.world_size} ranks")
+    return batch_size // info.world_size
+
+
+def shard(info: DistInfo, indices: np.ndarray) -> np.ndarray:
+    """This rank's share of ``indices`` (every world_size-th, from its rank): each rank samples its own."""
+    return indices[info.rank :: info.world_size]
+
+
+def broadcast_parameters(info: DistInfo, module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every rank (the same start, whatever each rank's RNG did)."""
+    if info.enabled:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
 def broadcast_buffers(info: DistInfo, module: torch.nn.Module) -> None:
     """Copy rank 0's buffers (e.g. freshly fitted normalizer statistics) to every rank."""
     if info.enabled:
@@ -97,6 +141,12 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def shutdown(info: DistInfo) -> None:
+def shutdown(info: DistInfo, finished: bool = True) -> None:
+    """Leave the process group; ``finished``: once every rank is done with it. Without that barrier a rank that
+    finishes first destroys its side while another still communicates, and gloo can abort at exit ("terminate
+    called without an active exception"). A rank leaving on an exception does not wait: torchrun stops the
+    others."""
     if info.enabled and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()

@@ -25,6 +25,7 @@ from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.encoders import normalized_images
 from diffpolicy_ros.models.fusion import MultimodalEncoder
+from diffpolicy_ros.rl import distributed
 
 
 @dataclass
@@ -59,13 +60,17 @@ def train_estimator(
     gen: torch.Generator,
     device: torch.device,
     progress: bool = True,
+    dist: distributed.DistInfo = distributed.SINGLE,
 ) -> EstimatorResult:
     """Train ``encoder``'s estimator in place (its other weights untouched), then measure it on held-out episodes.
-    ``iters`` 0: measure it as it is (an estimator copied from another run, ``copy_estimator``)."""
+    ``iters`` 0: measure it as it is (an estimator copied from another run, ``copy_estimator``). Under torchrun
+    each rank draws ``batch_size / world_size`` frames from its shard of the training frames and the gradients
+    are averaged: the global batch is ``batch_size``."""
     start = time.perf_counter()
     frames = {cam: torch.from_numpy(dataset.obs[f"image_{cam}"]) for cam in CAMERAS}  # uint8, decoded once
     truth = torch.from_numpy(true_task_state(dataset.obs["proprio"])).float()
     train_idx, held_idx = held_out_steps(dataset, holdout)
+    own_idx, batch_size = distributed.shard(dist, train_idx), distributed.rank_batch(dist, batch_size)
     target = encoder.to_workspace_units(truth.to(device))  # as the head predicts
 
     params = encoder.estimator_parameters()
@@ -76,16 +81,16 @@ def train_estimator(
     losses: list[float] = []
     bar = tqdm(range(iters), desc="estimator", unit="it", disable=not progress)
     for _ in bar:
-        idx = torch.from_numpy(train_idx[rng.integers(0, len(train_idx), batch_size)])
+        idx = torch.from_numpy(own_idx[rng.integers(0, len(own_idx), batch_size)])
         images = {cam: random_shift(frames[cam][idx], image_shift, gen).to(device) for cam in CAMERAS}
         prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
         loss = torch.nn.functional.mse_loss(prediction.float(), target[idx.to(target.device)])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        losses.append(distributed.average_gradients(dist, params, loss))
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(loss.item())
         if len(losses) % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
 

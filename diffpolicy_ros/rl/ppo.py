@@ -914,6 +914,10 @@ def train_ppo(
               file=sys.stderr)  # fmt: skip
     trainer = PPOTrainer(run, run_dir, resume=resume, progress=progress, hooks=hooks)
     try:
-        return trainer.train()
-    finally:
-        distributed.shutdown(trainer.dist)
+        result = trainer.train()
+    except BaseException:  # a failure, Ctrl-C: the sim workers are ended and joined, the group left
+        trainer.envs.close(terminate=True)
+        distributed.shutdown(trainer.dist, finished=False)
+        raise
+    distributed.shutdown(trainer.dist)
+    return result

@@ -80,9 +80,9 @@ def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demo
 
     batches = []
 
-    def recording_bc_step(policy, optimizer, obs, actions, grad_clip):
+    def recording_bc_step(policy, optimizer, obs, actions, grad_clip, dist):
         batches.append(set(obs))
-        return real_bc_step(policy, optimizer, obs, actions, grad_clip)
+        return real_bc_step(policy, optimizer, obs, actions, grad_clip, dist)
 
     monkeypatch.setattr(bc_module, "train_estimator", recording_train_estimator)
     monkeypatch.setattr(bc_module, "bc_step", recording_bc_step)
