@@ -7,6 +7,7 @@ Reads top to bottom: config -> data -> model and normalizers -> optimizer, EMA, 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,7 +221,7 @@ def _train_bc(
             param.requires_grad_(False)
         true_state = true_task_state(dataset.obs["proprio"])
         if main:
-            tqdm.write(f"[bc] estimator: {estimator.summary}")
+            tqdm.write(f"[bc] estimator: {estimator.summary}", file=sys.stderr)  # stdout: the --json report
 
     # -- stage two (or the only stage): the actor -------------------------------------------------
     ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)

@@ -362,6 +362,7 @@ class PPOTrainer:
         self.scaler = torch.amp.GradScaler(self.amp.device_type, enabled=self.amp.use_grad_scaler)
         self.centerer = RewardCenterer(cfg.reward_centering_step)
         self.iteration = 0
+        self.rescaled_at: tuple[int, int] | None = None  # (iteration, env steps) of a resume at another world size
         self.env_steps = 0
         self.nonfinite_updates = 0
         self.best = BestEvaluation()  # rl/best.py: the best held-out evaluation, never a rollout's success
@@ -412,8 +413,13 @@ class PPOTrainer:
             )
 
     def total_iterations(self) -> int:
+        """The iteration at which ``total_env_steps`` are reached. A run resumed at another world size collects
+        another number of steps per iteration: its remaining steps are counted from where it was resumed."""
         cfg = self.run.train
         per_iter = cfg.n_envs * self.dist.world_size * cfg.rollout_steps * self.steps_per_decision
+        if self.rescaled_at is not None:
+            iteration, env_steps = self.rescaled_at
+            return iteration + max(0, math.ceil((cfg.total_env_steps - env_steps) / per_iter))
         return max(1, math.ceil(cfg.total_env_steps / per_iter))
 
     def autocast(self):
@@ -736,8 +742,15 @@ class PPOTrainer:
         self.best = BestEvaluation(None if best is None or best < 0 else float(best))  # < 0: older files, none yet
         self.centerer.load_state_dict(state["reward_centering"])
         rng = state["rng"]
-        if len(rng) != self.dist.world_size:
-            tqdm.write(f"[ppo] {path}: saved by {len(rng)} ranks, resumed on {self.dist.world_size}: RNGs reseeded")
+        if len(rng) != self.dist.world_size:  # weights, optimizers, counters exact; sampling streams start anew
+            # seeded from (seed, rank, iteration): not a replay of the streams the run began with
+            seed = self.run.train.seed * 1000 + self.dist.rank + 1_000_003 * self.iteration
+            torch.manual_seed(seed)
+            self.sample_gen.manual_seed(seed)
+            self.shuffle_gen.manual_seed(seed + 500)
+            tqdm.write(f"[ppo] {path}: saved by {len(rng)} ranks, resumed on {self.dist.world_size}: RNGs reseeded",
+                       file=sys.stderr)
+            self.rescaled_at = (self.iteration, self.env_steps)
             return
         mine = rng[self.dist.rank]
         torch.set_rng_state(mine["torch"])

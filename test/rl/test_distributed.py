@@ -105,3 +105,95 @@ def test_a_rank_that_fails_stops_the_others_and_the_launcher(demos, tmp_path):
     assert failed, out.stderr[-3000:]
     assert ended - float(failed.group(1)) < 10, out.stderr[-3000:]  # not the 200 iterations, not a timeout
     assert not list((tmp_path / "run").glob("bc-*/checkpoints/*.pt"))  # nothing saved past the failure
+
+
+def two_nodes(*args: str, cwd: Path, timeout: float = 600) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents (two "nodes", one rank each) meeting by c10d rendezvous on loopback, as on two
+    machines sharing the run folder's storage."""
+    import socket
+
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes"]  # fmt: skip
+    procs = [
+        subprocess.Popen([*agent, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+        for _ in range(2)
+    ]
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        outs.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    return outs
+
+
+def one_report(outs: list[subprocess.CompletedProcess]) -> dict:
+    for out in outs:
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "terminate called" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+    reports = [line for out in outs for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(reports) == 1, [out.stdout for out in outs]  # the node holding rank 0 reports
+    return json.loads(reports[0])
+
+
+@pytest.mark.slow
+def test_ppo_on_two_nodes_over_loopback(tmp_path):
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("tiny_ppo", Path(__file__).with_name("test_ppo.py"))
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    TINY_RUN = tiny.TINY_RUN  # the tiny point-mass run of test_ppo.py
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**TINY_RUN, "train": {**TINY_RUN["train"], "total_env_steps": 640}}))
+    outs = two_nodes("-m", "diffpolicy_ros.cli", "train-ppo", "--config", str(config), "--run-dir", "run", "--json",
+                     cwd=tmp_path)  # fmt: skip
+    result = one_report(outs)
+    assert result["world_size"] == 2 and result["ranks_in_sync"]
+    assert result["env_steps"] == 640  # both nodes' env steps: 2 iterations x 2 ranks x 160
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt")) != []
+
+
+@pytest.mark.slow
+def test_bc_on_two_nodes_over_loopback(demos, tmp_path):
+    outs = two_nodes("-m", "diffpolicy_ros.cli", "train-bc", "--data", str(demos), "--config", str(SMALL_POLICY),
+                     "--iters", "60", "--batch-size", "16", "--eval-every", "1000", "--final-eval-episodes", "1",
+                     "--run-dir", "runs", "--json", cwd=tmp_path)  # fmt: skip
+    result = one_report(outs)
+    assert result["world_size"] == 2 and result["iters"] == 60
+    assert len(list((tmp_path / "runs").glob("bc-*"))) == 1  # one run folder for both nodes
+
+
+@pytest.mark.slow
+def test_ppo_checkpointed_on_two_ranks_resumes_on_one_and_on_four(tmp_path):
+    """--resume auto at another world size: the weights, optimizers, critic, counters and normalizers carry over
+    exactly; each rank's sampling streams are reseeded (said on stderr); the run stops at its env-step budget,
+    however many steps an iteration now collects."""
+    import importlib.util
+    import shutil
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("tiny_ppo", Path(__file__).with_name("test_ppo.py"))
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**tiny.TINY_RUN, "train": {**tiny.TINY_RUN["train"], "total_env_steps": 640}}))
+    ppo = ["-m", "diffpolicy_ros.cli", "train-ppo", "--config", str(config), "--json"]
+    first = torchrun(2, *ppo, "--run-dir", "run", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout.splitlines()[-1])["env_steps"] == 640  # 2 iterations x 2 ranks x 160
+    for ranks, budget, iterations in ((1, 960, 4), (4, 1280, 3)):  # 2 more of 160 steps; 1 more of 640
+        shutil.copytree(tmp_path / "run", tmp_path / f"run{ranks}")
+        out = torchrun(ranks, *ppo, "--run-dir", f"run{ranks}", "--resume", "auto", "--total-env-steps", str(budget),
+                       cwd=tmp_path)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert f"saved by 2 ranks, resumed on {ranks}: RNGs reseeded" in out.stderr
+        result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+        assert result["world_size"] == ranks and result["ranks_in_sync"]
+        assert result["env_steps"] == budget and result["iterations"] == iterations, result
