@@ -389,6 +389,16 @@ def cmd_bench_ros(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_device(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.bench.device import bench_device
+
+    result = bench_device(args.device, latency_iters=args.latency_iters, bc_iters=args.bc_iters,
+                          demo_episodes=args.demo_episodes, n_envs=args.n_envs, rollout_steps=args.rollout_steps,
+                          cpu_reference=not args.no_cpu_reference)  # fmt: skip
+    _print_json_or_table(result, args.json)
+    return 0
+
+
 def cmd_bench_safety(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.safety import bench_safety
 
@@ -681,6 +691,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         _add_bench_threads,
         _add_bench_safety,
         _add_bench_hil,
+        _add_bench_device,
     ):
         add(bench_sub)
 
@@ -825,6 +836,22 @@ def _add_bench_hil(bench_sub: argparse._SubParsersAction) -> None:
     bhil.add_argument("--busy", action="store_true", help="one busy process beside the graph, as on a robot PC")
     bhil.add_argument("--json", action="store_true")
     bhil.set_defaults(func=cmd_bench_hil)
+
+
+def _add_bench_device(bench_sub: argparse._SubParsersAction) -> None:
+    bdev = bench_sub.add_parser(
+        "device", formatter_class=_HelpFormatter,
+        help="an accelerator against this machine's CPU: chunk latency (fp32, bf16), BC it/s, PPO env steps/s",
+    )  # fmt: skip
+    bdev.add_argument("--device", default="auto", help="the accelerator (auto: npu > cuda > cpu)")
+    bdev.add_argument("--latency-iters", type=int, default=100, help="timed chunk calls per policy and precision")
+    bdev.add_argument("--bc-iters", type=int, default=40, help="iterations of each BC stage")
+    bdev.add_argument("--demo-episodes", type=int, default=6, help="recorded demonstrations (with images) for BC")
+    bdev.add_argument("--n-envs", type=int, default=8, help="PPO sim workers")
+    bdev.add_argument("--rollout-steps", type=int, default=10, help="PPO decisions per worker in the iteration")
+    bdev.add_argument("--no-cpu-reference", action="store_true", help="the accelerator's figures only")
+    bdev.add_argument("--json", action="store_true")
+    bdev.set_defaults(func=cmd_bench_device)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -137,6 +137,7 @@ NOT_RUN = {
     "launch real_arm config:=config/real_arm.yaml": "a real cell: its arm driver, cameras and MoveIt Servo",
     "bags/cell ": "a cell's own recording",
     "torchrun ": "two ranks: test/rl/test_ppo.py and test/rl/test_distributed.py run them",
+    "bench device": "minutes of a CPU against itself here: test/bench/test_device.py runs it shrunk (QUICK=1)",
     "--tasks push ": "25-55 min of PPO from a weak start: test/rl/test_ppo_learning.py runs the recipe",
     "--tasks push_two_goals ": "hours of PPO (the measurement docs/experiments.md records)",
 }

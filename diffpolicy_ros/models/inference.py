@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from diffpolicy_ros.device import autocast_settings, device_type
+from diffpolicy_ros.device import AutocastSettings, autocast_settings, device_type
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
 from diffpolicy_ros.models.native import native_kernel, unet_layout
 from diffpolicy_ros.models.obs import obs_to_torch
@@ -159,7 +159,12 @@ class ChunkPredictor:
     The traced and native backends capture the weights when first built: after changing them, build a new
     predictor (the policy node does on every checkpoint it loads)."""
 
-    def __init__(self, policy: nn.Module, device: str = "cpu", ddim_steps: int | None = None, backend: str = "auto"):
+    def __init__(
+        self, policy: nn.Module, device: str = "cpu", ddim_steps: int | None = None, backend: str = "auto",
+        precision: str = "auto",
+    ):  # fmt: skip
+        """``precision``: auto (the device's: bf16 autocast on CUDA and NPU, fp32 on the CPU), fp32 or bf16
+        (autocast on any device; on the CPU the eager loop, the fast paths being fp32)."""
         self.policy = policy.to(device).eval()
         self.device = device
         # the traced / native backends compile the DDIM loop; a head without one (Gaussian) runs eagerly
@@ -167,14 +172,18 @@ class ChunkPredictor:
         self.ddim_steps = ddim_steps or getattr(policy.config, "ddim_steps", None)
         if backend not in ("auto", "eager", "fast", "traced", "native"):
             raise ValueError(f"backend must be auto|eager|fast|traced|native, got {backend!r}")
-        if not denoises or (backend == "auto" and not uses_native_kernel(policy, device)):
+        if precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be auto|fp32|bf16, got {precision!r}")
+        if not denoises or (backend == "auto" and (precision == "bf16" or not uses_native_kernel(policy, device))):
             backend = "eager"
         elif backend in ("auto", "fast", "native"):
             if device_type(device) != "cpu":
                 raise ValueError(f"backend {backend!r} is the CPU fast path; use eager on {device}")
             backend = "native" if native_kernel() is not None else "traced"
         self.backend = backend
-        self._autocast = autocast_settings(device)
+        self._autocast = autocast_settings(device, enabled=precision != "fp32")
+        if precision == "bf16":
+            self._autocast = AutocastSettings(device_type(device), torch.bfloat16, True, False)
         self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self._native = _NativeLoop(native_kernel(), self.policy, self.ddim_steps) if backend == "native" else None
         self._eager = self._eager_denoising if denoises else self._eager_one_shot
