@@ -197,3 +197,27 @@ def test_ppo_checkpointed_on_two_ranks_resumes_on_one_and_on_four(tmp_path):
         result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
         assert result["world_size"] == ranks and result["ranks_in_sync"]
         assert result["env_steps"] == budget and result["iterations"] == iterations, result
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_every_rank_quietly(demos, tmp_path):
+    """Ctrl-C in the terminal (SIGINT to the launcher's process group): each rank stops where it is, leaves the
+    process group without waiting for the others and says it was interrupted; no rank aborts."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    args = ["-m", "diffpolicy_ros.cli", "train-bc", "--data", str(demos), "--config", str(SMALL_POLICY), "--iters",
+            "100000", "--batch-size", "32", "--eval-every", "100000", "--run-dir", "runs"]  # fmt: skip
+    proc = subprocess.Popen(
+        [*TORCHRUN, "--nproc_per_node", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    deadline, seen = time.monotonic() + 120, ""
+    while "bc diffusion:" not in seen and time.monotonic() < deadline:  # both ranks are training
+        seen += proc.stderr.read(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 10, err[-3000:]
+    assert err.count("diffpolicy: interrupted") == 2, err[-3000:]  # each rank
+    assert "terminate called" not in err and "SIGABRT" not in err, err[-3000:]
