@@ -27,7 +27,7 @@ from diffpolicy_ros.contract import TASK_NAMES as TASK_CHOICES
 from diffpolicy_ros.device import default_threads
 from diffpolicy_ros.errors import UserError
 from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
-from diffpolicy_ros.runs import EVAL_SEED, new_run_dir
+from diffpolicy_ros.runs import EVAL_SEED, RunDir, new_run_dir
 from diffpolicy_ros.user_files import (
     BAG,
     CHECKPOINT,
@@ -173,7 +173,7 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_train_bc(args: argparse.Namespace) -> int:
-    from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+    from diffpolicy_ros.rl.bc import latest_bc_checkpoint, load_bc_run, train_bc
 
     run = load_bc_run(args.config)
     if args.estimator_from is not None:  # the file first: what is wrong with it before what it is for
@@ -200,8 +200,15 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         task_state = fusion.use_task_state or fusion.aux_task_state_weight > 0  # inputs, or the auxiliary labels
         data, summary = dataset_from_bags(data, topic_map, task_state, warn=_warn)
         _warn(f"from bags: {summary}")
-    run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
-    result = train_bc(run, data, run_dir, progress=not args.json)
+    resume = args.resume
+    if resume == "auto":  # the newest BC run under --run-dir; say which, or that there is none
+        resume = latest_bc_checkpoint(args.run_dir)
+        _warn(f"resume: {resume}" if resume else f"resume auto: no BC run with a last.pt in {args.run_dir}: a new one")
+    if resume is not None:  # it continues in its own run folder
+        run_dir = RunDir(Path(resume).parent.parent)
+    else:
+        run_dir = new_run_dir("bc", args.run_dir) if args.run_dir else None
+    result = train_bc(run, data, run_dir, progress=not args.json, resume=resume)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         _print_json_or_table(result, args.json)
     return 0
@@ -506,6 +513,10 @@ def _add_train_bc(sub: argparse._SubParsersAction) -> None:
         default=Path("runs"),
         help="writes RUN_DIR/bc-<timestamp>/",
     )
+    bc.add_argument(
+        "--resume", type=InputPath(CHECKPOINT, also=("auto",)), default=None,
+        help="a BC run's last.pt to continue (in its run folder), or auto: the newest BC run's under --run-dir",
+    )  # fmt: skip
     bc.add_argument("--iters", type=int, default=None, help="default: the config's train.iters")
     bc.add_argument("--batch-size", type=int, default=None, help="default: the config's train.batch_size")
     bc.add_argument("--device", default=None, help="auto|npu|cuda|cpu (default: the config's)")

@@ -101,6 +101,8 @@ SHRINK = {
     "bench safety": ["--streams", "5", "--ticks", "60", "--hil-duration", "3"],
     "bench threads": ["--steps", "2", "--counts", "1"],
     "bench learn": ["--total-env-steps", "2000"],
+    "bench device": ["--latency-iters", "3", "--bc-iters", "2", "--demo-episodes", "2", "--n-envs", "2",
+                     "--rollout-steps", "2", "--no-cpu-reference"],
     "bench startup": ["demo_episodes:=2", "first_checkpoint_iter:=1"],
 }
 STAGED_CONFIGS = ("diffusion_vision.yaml",)  # staged BC: the estimator is trained first (--estimator-iters)
@@ -136,8 +138,6 @@ NOT_RUN = {
     "device:=cuda": "a CUDA GPU",
     "launch real_arm config:=config/real_arm.yaml": "a real cell: its arm driver, cameras and MoveIt Servo",
     "bags/cell ": "a cell's own recording",
-    "torchrun ": "two ranks: test/rl/test_ppo.py and test/rl/test_distributed.py run them",
-    "bench device": "minutes of a CPU against itself here: test/bench/test_device.py runs it shrunk (QUICK=1)",
     "--tasks push ": "25-55 min of PPO from a weak start: test/rl/test_ppo_learning.py runs the recipe",
     "--tasks push_two_goals ": "hours of PPO (the measurement docs/experiments.md records)",
 }
@@ -191,6 +191,9 @@ def run_line(line: str, cwd: Path, env: dict) -> str:
         return result.stdout
     args = small(cli_args(line))
     argv = [sys.executable, "-m", "diffpolicy_ros.cli", *args]
+    if words[0] == ".venv/bin/torchrun":  # torchrun's own options as written, the command shrunk
+        launcher = words[1 : words.index("-m")]
+        argv = [str(Path(sys.executable).parent / "torchrun"), *launcher, "-m", "diffpolicy_ros.cli", *args]
     if args[0] == "launch" and args[1] in GRAPH_DONE:
         done = GRAPH_DONE[args[1]]
         if args[1] == "real_arm":

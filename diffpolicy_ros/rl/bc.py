@@ -35,8 +35,14 @@ from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import DatasetError, EpisodeDataset
 from diffpolicy_ros.errors import StopRequested
 from diffpolicy_ros.eval.rollout import evaluate_policy
-from diffpolicy_ros.models.checkpoint import CheckpointMeta, make_payload, save_checkpoint
-from diffpolicy_ros.models.factory import build_policy, policy_spec
+from diffpolicy_ros.models.checkpoint import (
+    CheckpointError,
+    CheckpointMeta,
+    load_checkpoint,
+    make_payload,
+    save_checkpoint,
+)
+from diffpolicy_ros.models.factory import PolicySpec, build_policy, policy_spec, spec_dict
 from diffpolicy_ros.models.obs import index_obs, obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
@@ -142,14 +148,15 @@ def train_bc(
     run_dir: str | Path | RunDir | None = None,
     progress: bool = True,
     hooks: TrainHooks | None = None,
+    resume: str | Path | None = None,
 ) -> dict:
     """Behaviour cloning; under torchrun one rank per device (the process group joined, and left once every rank
-    is done or when this one fails)."""
+    is done or when this one fails). ``resume``: a BC run's ``last.pt`` to continue (into ``run_dir``)."""
     dist = distributed.init_distributed(run.train.device)
     try:
         run_folder = as_run_dir(run_dir, "bc")  # rank 0's timestamped name on every rank
         run_folder = RunDir(Path(distributed.broadcast_object(dist, str(run_folder.path))), run_folder.latest)
-        result = _train_bc(run, dist, data_path, run_folder, progress, hooks or TrainHooks())
+        result = _train_bc(run, dist, data_path, run_folder, progress, hooks or TrainHooks(), resume)
     except BaseException:
         distributed.shutdown(dist, finished=False)
         raise
@@ -159,7 +166,7 @@ def train_bc(
 
 def _train_bc(
     run: BCRun, dist: distributed.DistInfo, data_path: str | Path | EpisodeDataset, run_folder: RunDir,
-    progress: bool, hooks: TrainHooks,
+    progress: bool, hooks: TrainHooks, resume: str | Path | None,
 ) -> dict:  # fmt: skip
     cfg, device, run_dir = run.train, dist.device, run_folder.path
     spec = policy_spec(run.policy)
@@ -200,6 +207,9 @@ def _train_bc(
     policy.action_norm.fit(torch.from_numpy(dataset.action))
     state_obs = {k: torch.from_numpy(dataset.obs[k]) for k in ("proprio", "goals") if k in dataset.obs}
     policy.encoder.state_norm.fit(policy.encoder.state_vector(state_obs))
+    resumed = resumable_checkpoint(resume, spec) if resume is not None else None
+    if resumed is not None:  # the weights, normalizers and (staged) estimator it had reached
+        policy.load_state_dict(resumed["train_state"]["policy"])
     policy.to(device)
     distributed.broadcast_parameters(dist, policy)
     main = dist.is_main  # rank 0 writes the run, evaluates and reports
@@ -208,10 +218,11 @@ def _train_bc(
     start = time.perf_counter()
     estimator = None
     if staged:
-        if cfg.estimator_from:  # one already trained: copied, then only measured (0 iterations)
+        if cfg.estimator_from and resumed is None:  # one already trained: copied, then only measured (0 iterations)
             copy_estimator(cfg.estimator_from, policy.encoder)
+        measure_only = bool(cfg.estimator_from) or resumed is not None  # a resumed run's is in its weights
         estimator = train_estimator(
-            policy.encoder, dataset, iters=0 if cfg.estimator_from else cfg.estimator_iters,
+            policy.encoder, dataset, iters=0 if measure_only else cfg.estimator_iters,
             batch_size=cfg.estimator_batch_size, lr=cfg.estimator_lr, holdout=cfg.estimator_holdout,
             image_shift=cfg.image_shift, rng=rng, gen=gen, device=device, progress=progress and main, dist=dist,
         )  # fmt: skip
@@ -234,10 +245,24 @@ def _train_bc(
         return 0.5 * (1 + math.cos(math.pi * (it - cfg.warmup_iters) / max(1, cfg.iters - cfg.warmup_iters)))
 
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    start_it, best = 0, BestEvaluation()
+    if resumed is not None:  # weights, EMA, optimizer, schedule and iteration exact; the sampling streams reseeded
+        state = resumed["train_state"]
+        start_it = int(state["iter"])
+        optimizer.load_state_dict(state["optimizer"])
+        lr_schedule.load_state_dict(state["lr_schedule"])
+        ema.module.load_state_dict(resumed["model"])
+        ema.n_averaged.fill_(max(1, start_it))  # an average under way: the next update blends, not copies
+        best = BestEvaluation(state.get("best_success"))
+        seed = np.random.SeedSequence([cfg.seed, dist.rank, start_it])  # not a replay of the run's first batches
+        rng, stream = np.random.default_rng(seed), int(seed.generate_state(1)[0])
+        gen = torch.Generator().manual_seed(stream)
+        torch.manual_seed(stream)
     logger = None
     if main:  # the inputs were good: the run begins writing
         (run_folder.start() / "checkpoints").mkdir(exist_ok=True)
-        logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter")
+        logger = MetricsLogger(run_dir, CSV_FIELDS, prefix="bc", step_field="iter",
+                               resume_step=start_it if resumed is not None else None)  # fmt: skip
 
     def checkpoint(name: str, it: int, evaluation: dict) -> Path | None:
         """``evaluation``: the held-out evaluation of the weights being saved ({} when they were not evaluated).
@@ -261,6 +286,7 @@ def _train_bc(
                 "optimizer": optimizer.state_dict(),
                 "lr_schedule": lr_schedule.state_dict(),
                 "iter": it,
+                "best_success": best.success_rate,
             }
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
         run_folder.wrote_checkpoint()
@@ -281,9 +307,10 @@ def _train_bc(
         )
 
     # -- loop -------------------------------------------------------------------------------------
-    best, last_eval, losses = BestEvaluation(), {}, []
+    last_eval, losses = {}, []
     own_steps = distributed.shard(dist, np.arange(dataset.n_steps))  # this rank's share of the data
-    bar = tqdm(range(cfg.iters), desc=f"bc {spec.kind}", unit="it", disable=not (progress and main))
+    bar = tqdm(range(start_it, cfg.iters), initial=start_it, total=cfg.iters, desc=f"bc {spec.kind}", unit="it",
+               disable=not (progress and main))  # fmt: skip
     for it in bar:
         hooks.running.wait()  # paused by the host
         if hooks.stop.is_set():  # asked to stop: keep what was learned, skip the final evaluation
@@ -338,7 +365,7 @@ def _train_bc(
         "kind": spec.kind,
         "task": task,
         "obs_mode": obs_mode,
-        "iters": len(losses),
+        "iters": start_it + len(losses),
         "final_loss": float(np.mean(losses[-cfg.log_every :])) if losses else float("nan"),
         "final_eval": last_eval,
         "best_success_rate": best.success_rate,
@@ -348,6 +375,25 @@ def _train_bc(
         "run_dir": str(run_dir),
         "checkpoint": str(run_dir / "checkpoints" / "last.pt"),
     }
+
+
+def resumable_checkpoint(path: str | Path, spec: PolicySpec) -> dict:
+    """A BC run's ``last.pt`` to continue, for the policy ``spec`` describes (the same config and data)."""
+    ckpt = load_checkpoint(path)
+    if ckpt["meta"].get("source") != "bc" or "optimizer" not in (ckpt.get("train_state") or {}):
+        raise CheckpointError(f"{path}: not a BC last.pt (no training state to continue; a best.pt holds none)")
+    if ckpt["policy_spec"] != spec_dict(spec):
+        raise CheckpointError(f"{path}: its policy is not the one the config describes for this data")
+    return ckpt
+
+
+def latest_bc_checkpoint(root: str | Path) -> Path | None:
+    """The ``last.pt`` of the newest BC run under ``root`` (what ``train-bc --resume auto`` continues)."""
+    for run_dir in sorted(Path(root).glob("bc-*"), reverse=True):
+        last = run_dir / "checkpoints" / "last.pt"
+        if last.is_file():
+            return last
+    return None
 
 
 def load_bc_run(path: str | Path | None) -> BCRun:

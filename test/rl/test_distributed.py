@@ -221,3 +221,32 @@ def test_ctrl_c_ends_every_rank_quietly(demos, tmp_path):
     assert time.monotonic() - start < 10, err[-3000:]
     assert err.count("diffpolicy: interrupted") == 2, err[-3000:]  # each rank
     assert "terminate called" not in err and "SIGABRT" not in err, err[-3000:]
+
+
+@pytest.mark.slow
+def test_bc_checkpointed_on_two_ranks_resumes_on_one_and_on_four(demos, tmp_path):
+    """``train-bc --resume auto`` continues the newest BC run under --run-dir, at any world size: its weights,
+    EMA, optimizer, learning-rate schedule and iteration carry over (the loss goes on from where it was, not from
+    the start), the batches are drawn anew, and its curve stays one curve."""
+    import shutil
+
+    common = ["-m", "diffpolicy_ros.cli", "train-bc", "--data", str(demos), "--config", str(SMALL_POLICY),
+              "--batch-size", "32", "--eval-every", "40", "--eval-episodes", "1", "--final-eval-episodes", "1",
+              "--json"]  # fmt: skip
+    first = torchrun(2, *common, "--iters", "80", "--run-dir", "r", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = window_losses(tmp_path / "r")
+    for ranks in (1, 4):
+        shutil.copytree(tmp_path / "r", tmp_path / f"r{ranks}", symlinks=True)
+        out = torchrun(ranks, *common, "--iters", "160", "--run-dir", f"r{ranks}", "--resume", "auto", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "resume: " in out.stderr and "bc-" in out.stderr
+        result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+        assert result["world_size"] == ranks and result["iters"] == 160
+        assert len(list((tmp_path / f"r{ranks}").glob("bc-*"))) == 1  # the same run folder, continued
+        (metrics,) = (tmp_path / f"r{ranks}").glob("bc-*/metrics.csv")
+        with open(metrics, newline="") as f:
+            iters = [int(row["iter"]) for row in csv.DictReader(f)]
+        assert iters == sorted(set(iters)) and iters[-1] == 160  # one curve, no repeated iterations
+        after = window_losses(tmp_path / f"r{ranks}")[len(before) :]
+        assert after[0] < 0.5 * before[0], (before, after)  # from the trained weights, not a fresh start
