@@ -49,19 +49,22 @@ def resolve_device(requested: str = "auto", index: int = 0) -> str:
     req = requested.strip().lower()
     if ":" in req:
         req, index_text = req.split(":", 1)
+        if not index_text.isdigit():
+            raise UserError(f"device {requested!r}: the index after ':' must be a number, e.g. 'cuda:0'")
         index = int(index_text)
     if req not in DEVICE_CHOICES:
         raise UserError(f"device must be one of {DEVICE_CHOICES} (optionally with ':index'), got {requested!r}")
     if req == "auto":
         if npu_available():
             return f"npu:{index}"
-        if torch.cuda.is_available():
-            return f"cuda:{index}"
-        return "cpu"
+        req = "cuda" if torch.cuda.is_available() else "cpu"
     if req == "npu" and not npu_available():
         raise UserError("device 'npu' requested but torch_npu is not installed or reports no device")
     if req == "cuda" and not torch.cuda.is_available():
         raise UserError("device 'cuda' requested but torch reports no CUDA device")
+    if req == "cuda" and index >= torch.cuda.device_count():  # torchrun's LOCAL_RANK, or the device's index
+        raise UserError(f"device cuda:{index} requested but torch sees {torch.cuda.device_count()} CUDA devices "
+                        "(more ranks per node than GPUs? --nproc_per_node is one per GPU)")  # fmt: skip
     return "cpu" if req == "cpu" else f"{req}:{index}"
 
 

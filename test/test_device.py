@@ -38,8 +38,13 @@ def test_auto_prefers_npu_then_cuda(monkeypatch):
     assert dev.resolve_device("auto") == "npu:0"
     monkeypatch.setattr(dev, "npu_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert dev.resolve_device("auto", index=1) == "cuda:1"
     assert dev.resolve_device("cuda:2") == "cuda:2"
+    with pytest.raises(UserError, match="cuda:3 requested but torch sees 3 CUDA devices"):
+        dev.resolve_device("auto", index=3)  # a fourth rank on a 3-GPU node
+    with pytest.raises(UserError, match="must be a number"):
+        dev.resolve_device("cuda:first")
 
 
 @pytest.mark.quick

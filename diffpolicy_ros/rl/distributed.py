@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.device import device_type, resolve_device
+from diffpolicy_ros.errors import UserError
 
 BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 
@@ -40,11 +41,38 @@ SINGLE = DistInfo()  # one process: no torchrun
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
 
 
+def torchrun_environment() -> tuple[int, int, int]:
+    """(world size, rank, local rank) from the variables torchrun sets, checked: a half-set or hand-edited
+    environment is one line naming the variable, not a rendezvous traceback. (1, 0, 0) without them."""
+    fix = "torchrun sets it; unset it to run as one process"
+    values = []
+    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        text = os.environ.get(name, default)
+        try:
+            values.append(int(text))
+        except ValueError:
+            raise UserError(f"torchrun environment: {name}={text!r} is not an integer ({fix})") from None
+    world, rank, local_rank = values
+    if world < 1 or not 0 <= rank < world or local_rank < 0:
+        raise UserError(f"torchrun environment: RANK={rank}, LOCAL_RANK={local_rank} with WORLD_SIZE={world}: "
+                        f"a rank is 0..WORLD_SIZE-1 ({fix})")  # fmt: skip
+    if world > 1:
+        missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+        if missing:
+            raise UserError(
+                f"torchrun environment: WORLD_SIZE={world} without {' and '.join(missing)}: start the job with "
+                "torchrun (which sets them), or unset WORLD_SIZE to run as one process"
+            )
+        port = os.environ["MASTER_PORT"]
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"torchrun environment: MASTER_PORT={port!r} is not a port number ({fix})")
+    return world, rank, local_rank
+
+
 def init_distributed(requested_device: str) -> DistInfo:
     """Resolve this rank's device (``LOCAL_RANK`` picks the index) and join the process group if launched
     by torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world, _, local_rank = torchrun_environment()
     device = resolve_device(requested_device, index=local_rank)
     if world <= 1:
         return DistInfo(0, 1, device)

@@ -45,6 +45,36 @@ def demos(tmp_path_factory) -> Path:
     return out
 
 
+BAD_TORCHRUN_ENVIRONMENTS = {
+    "WORLD_SIZE=two": ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    "RANK past the world": ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"},
+                            "a rank is 0..WORLD_SIZE-1"),
+    "no rendezvous": ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 without MASTER_ADDR and MASTER_PORT"),
+    "MASTER_PORT=http": ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "http"},
+                         "MASTER_PORT='http' is not a port number"),
+}
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(("case", "command"),
+                         [*((case, "train-bc") for case in BAD_TORCHRUN_ENVIRONMENTS), ("no rendezvous", "train-ppo")])
+def test_a_broken_torchrun_environment_is_one_line_naming_the_variable(case, command, demos, tmp_path):
+    """A hand-set or half-set torchrun environment (a job script that exports WORLD_SIZE and starts `diffpolicy`
+    without torchrun) exits 2 with one line, before any rendezvous waits or traceback."""
+    variables, message = BAD_TORCHRUN_ENVIRONMENTS[case]
+    args = {"train-bc": ["--data", str(demos), "--config", str(SMALL_POLICY)],
+            "train-ppo": ["--config", str(REPO / "config/train/point_mass.yaml")]}[command]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "diffpolicy_ros.cli", command, *args, "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, env={**env, **variables, "PYTHONPATH": str(REPO)}, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 @pytest.mark.slow
 def test_bc_on_two_ranks_follows_the_one_process_loss_curve(demos, tmp_path):
     """Two ranks with half the batch each (the same global batch of 32) against one process: every 50-iteration
