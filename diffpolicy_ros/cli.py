@@ -30,6 +30,7 @@ from diffpolicy_ros.nodes.graph import VISION_CHECKPOINT
 from diffpolicy_ros.runs import EVAL_SEED, RunDir, new_run_dir
 from diffpolicy_ros.user_files import (
     BAG,
+    CELL_FILE,
     CHECKPOINT,
     DATASET,
     DEPLOYMENT,
@@ -136,8 +137,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.to_bag is not None:  # the whole topic contract as a cell would record it
         from diffpolicy_ros.bags.record import write_demo_bag
 
-        if env_overrides:
-            raise UserError("--to-bag records the task's default settings; drop --config")
+        if env_overrides or args.cells is not None:
+            raise UserError("--to-bag records the task's default settings; drop --config and --cells")
         summary = write_demo_bag(
             args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json,
             compressed=args.compressed, expert_limits=limits,
@@ -145,6 +146,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _print_json_or_table(summary, args.json)
         return 0
 
+    env_overrides = {**env_overrides, **_cells(args)}
     out = args.out
     if out is None and args.run_dir is not None:
         out = new_run_dir("demos", args.run_dir).start() / "demos.npz"
@@ -163,6 +165,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     _print_json_or_table({**summary.as_dict(), **({"expert_limits": limits} if limits else {})}, args.json)
     return 0
+
+
+def _cells(args: argparse.Namespace) -> dict:
+    """The env setting of ``--cells FILE``: a cell sampled from the file's ranges at every reset."""
+    if getattr(args, "cells", None) is None:
+        return {}
+    from diffpolicy_ros.sim.cell import load_cell_ranges
+
+    return {"cells": load_cell_ranges(args.cells)}
 
 
 def cmd_bench_sim(args: argparse.Namespace) -> int:
@@ -230,6 +241,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         run.deploy = load_deployment(args.deploy, parse_overrides(args.deploy_args)).as_dict()
     elif args.deploy_args:
         raise UserError(f"{' '.join(args.deploy_args)}: real_arm arguments need --deploy FILE")
+    run.env = {**run.env, **_cells(args)}  # rollouts and evaluations in sampled cells
     if args.resume == "auto" and args.run_dir is None:
         print("diffpolicy train-ppo: --resume auto needs --run-dir (the run to continue)", file=sys.stderr)
         return 2
@@ -265,7 +277,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         deployment = load_deployment(args.deploy, parse_overrides(args.deploy_args))
         result = evaluate_deployed(policy, deployment, args.task or meta.task, args.episodes, args.seed,
-                                   meta.obs_mode, device, progress=not args.json)  # fmt: skip
+                                   meta.obs_mode, device, progress=not args.json, env_kwargs=_cells(args))  # fmt: skip
         if not args.per_episode:
             result.pop("per_episode")
         _print_json_or_table(result, args.json)
@@ -282,6 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         progress=not args.json,
         video_dir=args.video,
         video_episodes=args.video_episodes,
+        env_kwargs=_cells(args),
     )
     if not args.per_episode:
         result.pop("per_episode")
@@ -289,9 +302,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from diffpolicy_ros.models.checkpoint import save_checkpoint
         from diffpolicy_ros.rl.best import evaluation_record
 
-        if args.ddim_steps is not None or args.execute_horizon is not None:
+        if args.ddim_steps is not None or args.execute_horizon is not None or args.cells is not None:
             raise UserError("--write-evaluation stores an evaluation of the checkpoint as deployed: drop "
-                            "--ddim-steps and --execute-horizon")  # fmt: skip
+                            "--ddim-steps, --execute-horizon and --cells")  # fmt: skip
         ckpt["meta"] = {**ckpt.get("meta", {}), "evaluation": evaluation_record(result)}
         save_checkpoint(args.checkpoint, {k: v for k, v in ckpt.items() if k not in ("format", "version")})
         result["written_to"] = str(args.checkpoint)
@@ -414,6 +427,26 @@ def cmd_bench_safety(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_cells(args: argparse.Namespace) -> int:
+    from diffpolicy_ros.assets import config_file
+    from diffpolicy_ros.bench.cells import bench_cells
+    from diffpolicy_ros.device import resolve_device
+    from diffpolicy_ros.nodes.runner import parse_overrides
+    from diffpolicy_ros.sim.cell import load_cell_ranges
+
+    if args.deploy_args and args.deploy is None:
+        raise UserError(f"{' '.join(args.deploy_args)}: real_arm arguments need --deploy FILE")
+    cells = args.cells or config_file("cells/train.yaml")
+    result = bench_cells(
+        args.checkpoint, load_cell_ranges(cells), cells_file=str(cells), episodes=args.episodes,
+        sampled_episodes=args.sampled_episodes, seed=args.seed, deploy=args.deploy,
+        deploy_overrides=parse_overrides(args.deploy_args), device=resolve_device(args.device),
+        progress=not args.json, out_dir=args.out,
+    )  # fmt: skip
+    _print_json_or_table(result, args.json)
+    return 0
+
+
 def cmd_bench_hil(args: argparse.Namespace) -> int:
     from diffpolicy_ros.bench.hil import bench_hil
     from diffpolicy_ros.nodes.runner import parse_overrides
@@ -470,6 +503,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         help="write to RUN_DIR/demos-<timestamp>/demos.npz",
     )
     demo.add_argument("--images", action="store_true", help="record both 128x128 camera images too")
+    _cells_option(demo, "episodes in cells sampled from this cell file's ranges (config/cells/train.yaml)")
     demo.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     demo.add_argument(
         "--workers", type=int, default=1,
@@ -557,6 +591,7 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
     ppo.add_argument(
         "--run-dir", type=OutputPath("folder", "run folder"), default=None, help="default: runs/ppo-<timestamp>"
     )
+    _cells_option(ppo, "rollouts and evaluations in cells sampled from this cell file's ranges")
     ppo.add_argument(
         "--resume",
         type=InputPath(CHECKPOINT, also=("auto",)),
@@ -607,6 +642,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--device", default="auto")
     _video_options(ev)
     ev.add_argument("--any-task", action="store_true", help="allow --task to differ from the checkpoint's")
+    _cells_option(ev, "episodes in cells sampled from this cell file's ranges (held-out seeds: held-out cells)")
     ev.add_argument("--per-episode", action="store_true", help="include every episode's result")
     ev.add_argument(
         "--deploy",
@@ -702,6 +738,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         _add_bench_threads,
         _add_bench_safety,
         _add_bench_hil,
+        _add_bench_cells,
         _add_bench_device,
     ):
         add(bench_sub)
@@ -823,6 +860,36 @@ def _add_bench_safety(bench_sub: argparse._SubParsersAction) -> None:
     bsafe.add_argument("--no-hil", action="store_true", help="offline only (no ROS graph)")
     bsafe.add_argument("--json", action="store_true")
     bsafe.set_defaults(func=cmd_bench_safety)
+
+
+def _cells_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--cells", type=InputPath(CELL_FILE), default=None, help=what)
+
+
+def _add_bench_cells(bench_sub: argparse._SubParsersAction) -> None:
+    bcell = bench_sub.add_parser(
+        "cells", formatter_class=_HelpFormatter,
+        help="success on held-out cells: nominal, each factor alone at each edge, sampled cells with all at once",
+    )  # fmt: skip
+    bcell.add_argument("--checkpoint", type=InputPath(CHECKPOINT), default=Path(VISION_CHECKPOINT))
+    bcell.add_argument("--cells", type=InputPath(CELL_FILE), default=None,
+                       help="the ranges whose edges and samples are measured (default: the shipped training cells, "
+                            "config/cells/train.yaml)")  # fmt: skip
+    bcell.add_argument("--episodes", type=int, default=100, help="episodes per condition")
+    bcell.add_argument("--sampled-episodes", type=int, default=None, help="sampled cells (default: --episodes)")
+    bcell.add_argument("--seed", type=int, default=EVAL_SEED, help="episode i: scene seed + i (held-out seeds)")
+    bcell.add_argument(
+        "--deploy", type=InputPath(DEPLOYMENT), default=None,
+        help="a real_arm argument file: every condition as deployed (executor, safety-filter core, latency)",
+    )  # fmt: skip
+    bcell.add_argument("deploy_args", nargs="*", metavar="name:=value", help="--deploy: real_arm arguments")
+    bcell.add_argument("--device", default="auto")
+    bcell.add_argument(
+        "--out", type=OutputPath("folder", "output folder"), default=None, help="also write cells.json and cells.png"
+    )
+    bcell.add_argument("--json", action="store_true")
+    _threads_option(bcell)
+    bcell.set_defaults(func=cmd_bench_cells)
 
 
 def _add_bench_hil(bench_sub: argparse._SubParsersAction) -> None:

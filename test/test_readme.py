@@ -95,6 +95,7 @@ SHRINK = {
     "train-bc": ["--iters", "4", "--eval-every", "4", "--eval-episodes", "1", "--final-eval-episodes", "1"],
     "train-ppo": ["--total-env-steps", "1", "--n-envs", "2", "--eval-episodes", "2"],
     "bench hil": ["--episodes", "1", "--episode-timeout", "10"],
+    "bench cells": ["--episodes", "1"],
     "bench ros": ["--duration", "3"],
     "bench sim": ["--steps", "20"],
     "bench policy": ["--iters", "20"],

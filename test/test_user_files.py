@@ -93,6 +93,13 @@ WRONG: dict[str, list[tuple[str, Callable[[Path], Path]]]] = {
         ("no metrics", _folder_with("notes.txt", "not a run")),
         ("metrics without rows", _folder_with("metrics.csv", "iter,loss\n")),
     ],
+    U.CELL_FILE.name: [
+        ("unknown factor", _text("physics: {block_mas: [0.5, 2.0]}\n")),
+        ("unknown camera", _text("cameras: {front: {shift_m: [0, 0.02]}}\n")),
+        ("not a range", _text("lights: {key: 1.5}\n")),
+        ("low above high", _text("physics: {block_mass: [2.0, 0.5]}\n")),
+        ("out of bounds", _text("cameras: {top: {turn_deg: [0, 90]}}\n")),
+    ],
 }
 
 
@@ -163,6 +170,7 @@ def good(tmp_path_factory) -> dict[str, Path]:
         U.DATASET.name: tmp / "demos.npz",
         U.BAG.name: tmp / "bag",
         U.RUN_DIR.name: run,
+        U.CELL_FILE.name: REPO / "config/cells/train.yaml",
     }
 
 

@@ -6,7 +6,8 @@ One ``.npz`` file, steps of all episodes concatenated (the Diffusion Policy repl
     action           [T, 3]    float32, m/s
     reward           [T]       float32
     episode_ends     [E]       int64, exclusive end index of each episode in the step arrays
-    episode/<field>  [E]       per-episode metadata (instruction, success, side, seed, return)
+    episode/<field>  [E]       per-episode metadata (instruction, success, side, seed, return; cell: the sampled
+                               cell as JSON, when recorded with --cells)
     meta             []        JSON string: task, env config, format version
 
 Files are written atomically (``atomic_file.atomic_write``) and loaded without pickle; a malformed file

@@ -42,8 +42,8 @@ def make_env(task: str = "push", **kwargs) -> PushEnv | PointMassEnv:
     return PushEnv(two_goals=task == "push_two_goals", **kwargs)
 
 
-# set by the task's name and the command's options (--task, --images), not by an override
-_NOT_OVERRIDES = ("two_goals", "obs_mode")
+# set by the task's name and the command's options (--task, --images, --cells), not by an override
+_NOT_OVERRIDES = ("two_goals", "obs_mode", "cells")
 
 
 def check_env_overrides(task: str, env: Any, label: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ per-process work that two cores share well.
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import sys
 import threading
@@ -98,8 +99,9 @@ def _record_block(
                 break
         if video is not None:
             videos.append(video.write(bool(info["is_success"])))
+        cell = {"cell": json.dumps(info["cell"])} if "cell" in info else {}  # the cell it was recorded in
         recorder.end_episode(
-            instruction=instruction, success=info["is_success"], side=side, seed=seed + i, ep_return=ep_return
+            instruction=instruction, success=info["is_success"], side=side, seed=seed + i, ep_return=ep_return, **cell
         )
         stats.append((bool(info["is_success"]), float(ep_return), int(info["elapsed_steps"]), side == "left"))
         if on_episode is not None:

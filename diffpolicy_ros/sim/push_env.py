@@ -40,6 +40,7 @@ from diffpolicy_ros.contract import (
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
 )
+from diffpolicy_ros.sim.cell import CellLayout, CellRanges, degrade_image, sample_cell
 from diffpolicy_ros.sim.chunk import execute_chunk
 from diffpolicy_ros.sim.ik import DiffIK, IKConfig
 
@@ -48,6 +49,7 @@ PUSH_INSTRUCTION = DEFAULT_INSTRUCTION
 GOAL_COLOURS = ("red", "blue")
 ROUTE_PASS_TOLERANCE = 0.02  # m: the pusher is "abreast" of the block when their x differ by less
 ROUTE_SIDE_OFFSET = 0.03  # m: lateral offset that counts as passing on one side
+CELL_STREAM = 0xCE11  # the cells' own random stream beside a seed: the same scenes in every cell file
 # A joint configuration near the start pose (elbow up, tool down); reset refines it with IK.
 _HOME_QPOS = np.array([2.679, -1.525, 2.706, -2.752, -1.571, 2.679])
 _TOOL_DOWN = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
@@ -84,6 +86,7 @@ class PushConfig:
     success_bonus: float = 10.0
     off_table_penalty: float = 5.0
     ik: IKConfig = field(default_factory=IKConfig)
+    cells: CellRanges | None = None  # a cell file's ranges: a cell sampled at every reset (sim/cell.py)
 
 
 class PushEnv(gym.Env):
@@ -112,11 +115,16 @@ class PushEnv(gym.Env):
         self._act_ids = np.array([m.actuator(j.removesuffix("_joint")).id for j in ARM_JOINTS])
         self._block_qpos = m.joint("block_joint").qposadr[0]
         self._block_body = m.body("block").id
+        self._block_geom = m.geom("block").id
         goal_bodies = ("goal_red", "goal_blue") if cfg.two_goals else ("goal",)
         self._goal_mocap = [m.body(b).mocapid[0] for b in goal_bodies]
         for b in goal_bodies:  # the marker's radius is the success radius
             m.geom_size[m.geom(b).id, 0] = cfg.success_radius
         self._tip = m.site("pusher_tip").id
+        self._layout = CellLayout(m) if cfg.cells is not None else None
+        self._cell_rng = np.random.default_rng()
+        self._cell: dict | None = None
+        self._image_rng = np.random.default_rng()
         self.ik = DiffIK(m, "pusher_tip", self._dof_ids, cfg.ik)
         self._ws_low = np.array(cfg.workspace_low)
         self._ws_high = np.array(cfg.workspace_high)
@@ -157,11 +165,17 @@ class PushEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         cfg, m, d, rng = self.cfg, self.model, self.data, self.np_random
+        if self._layout is not None:  # from its own stream: the scene (block, goal, start) is the seed's anyway
+            if seed is not None:
+                self._cell_rng = np.random.default_rng([seed, CELL_STREAM])
+            self._cell = sample_cell(cfg.cells, self._cell_rng)
+            self._layout.apply(self._cell)
+            self._image_rng = np.random.default_rng(self._cell_rng.integers(2**63))
         mujoco.mj_resetData(m, d)
 
         block_xy = np.array([rng.uniform(*cfg.block_x_range), rng.uniform(*cfg.block_y_range)])
         yaw = rng.uniform(-cfg.block_yaw_range, cfg.block_yaw_range)
-        d.qpos[self._block_qpos : self._block_qpos + 3] = [*block_xy, 0.02]
+        d.qpos[self._block_qpos : self._block_qpos + 3] = [*block_xy, m.geom_size[self._block_geom, 2]]
         d.qpos[self._block_qpos + 3 : self._block_qpos + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
 
         self._goals = self._sample_goals(block_xy, rng)
@@ -373,17 +387,21 @@ class PushEnv(gym.Env):
             obs["goals"] = self._goals.astype(np.float32)
         if self.cfg.obs_mode == "image":
             for cam in CAMERAS:
-                obs[f"image_{cam}"] = self.render_camera(cam)
+                image = self.render_camera(cam)
+                obs[f"image_{cam}"] = image if self._cell is None else degrade_image(image, self._cell, self._image_rng)
         return obs
 
     def _info(self, success: bool, off_table: bool = False) -> dict:
-        return {
+        info = {
             "is_success": bool(success),
             "off_table": bool(off_table),
             "block_goal_distance": self._block_goal_distance(),
             "elapsed_steps": self._t,
             "route": self._route,
         }
+        if self._cell is not None:
+            info["cell"] = self._cell
+        return info
 
 
 class Renderer(mujoco.Renderer):
