@@ -22,6 +22,7 @@ from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
 from diffpolicy_ros.safety.deployment import Deployment, parse_latency_range
 from diffpolicy_ros.user_files import (
     BAG,
+    CELL_FILE,
     DATASET,
     DEPLOYMENT,
     POLICY_CONFIG,
@@ -68,6 +69,9 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "max_speed": str(C.MAX_SPEED),  # safety filter: m/s on the norm of the commanded velocity
         "dry_run": "false",  # safety filter: publish zero, report what would be sent on ~/would_send
         "record": "",  # a bag folder to record every topic of the run into ('' = no recording)
+        # a cell file (config/cells/train.yaml): the sim lays out a cell sampled from its ranges at every episode,
+        # and the trainer records its demonstrations and runs PPO in sampled cells ('' = the sim's own world)
+        "cells": "",
     },
     "real_arm": {
         "config": "",  # a YAML file of these arguments (config/real_arm.yaml); name:=value still wins over it
@@ -93,6 +97,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
         "task": "push",  # hil: the simulated cell
         "seed": "0",  # hil: the scene
+        "cells": "",  # hil: a cell file; each episode's cell sampled from its ranges ('' = the sim's own world)
         # hil: the sim also publishes /task/object_pose and /task/goal_pose, as a cell's perception would, for
         # a policy that reads them (a state policy); the default vision policy needs neither
         "hil_task_state": "false",
@@ -171,6 +176,17 @@ def _read_policy_config(path: str) -> None:
     load_bc_run(path)
 
 
+def _read_cells(path: str) -> None:
+    from diffpolicy_ros.sim.cell import load_cell_ranges  # the sim's package: only when a cell file is given
+
+    load_cell_ranges(path)
+
+
+def _path(value: str) -> str:
+    """A file argument as the nodes get it: absolute ('' stays '': not given)."""
+    return str(Path(value).expanduser().resolve()) if value else ""
+
+
 def _read_topic_map(path: str) -> None:
     from diffpolicy_ros.messages.topic_map import TopicMap  # ROS message types: only when a map is given
 
@@ -244,6 +260,7 @@ KINDS: dict[str, A.Kind] = {
     "delay_s": A.NON_NEGATIVE,
     "topic_map": FileArgument(TOPIC_MAP, _read_topic_map),
     "ready_timeout_s": A.POSITIVE,
+    "cells": FileArgument(CELL_FILE, _read_cells),
 }
 
 
@@ -357,7 +374,8 @@ def sim_train(a: dict) -> list[NodeSpec]:
 
     rtf = a["real_time_factor"]
     nodes = [
-        NodeSpec("sim_bridge", "sim_bridge", {"task": a["task"], "seed": a["seed"], "real_time_factor": rtf}),
+        NodeSpec("sim_bridge", "sim_bridge",
+                 {"task": a["task"], "seed": a["seed"], "real_time_factor": rtf, "cells": _path(a["cells"])}),
         *camera_nodes(),
         NodeSpec("proprio_node", "proprio_node"),
         NodeSpec("instruction_node", "instruction_node", {"relay_topic": C.EPISODE_INSTRUCTION_TOPIC}),
@@ -385,7 +403,8 @@ def sim_train(a: dict) -> list[NodeSpec]:
             "task": a["task"],
             "first_checkpoint_iter": a["first_checkpoint_iter"],
             "ppo_config": a["ppo_config"] or str(config_file(recipe.ppo_config)),
-            "deploy": str(Path(a["deploy"]).expanduser().resolve()) if a["deploy"] else "",
+            "deploy": _path(a["deploy"]),
+            "cells": _path(a["cells"]),
             "torch_threads": a["threads"],
         }
         for key in ("iters", "eval_every", "ppo_env_steps", "ppo_envs", "demo_episodes", "eval_episodes"):
@@ -426,7 +445,8 @@ def real_arm(a: dict) -> list[NodeSpec]:
     arm = []
     if a["hil"]:  # hardware in the loop: the sim as a driver-mode arm behind a Servo stand-in
         sim = {"task": a["task"], "seed": a["seed"], "driver_mode": True, "publish_task_state": a["hil_task_state"],
-               "command_topic": a["cmd_twist_topic"], "frame_id": a["frame_id"]}  # fmt: skip
+               "command_topic": a["cmd_twist_topic"], "frame_id": a["frame_id"],
+               "cells": _path(a["cells"])}  # fmt: skip
         arm = [NodeSpec("sim_bridge", "sim_bridge", sim)]
     return [
         *arm,

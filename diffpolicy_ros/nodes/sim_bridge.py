@@ -41,14 +41,18 @@ from diffpolicy_ros.nodes.common import (
     VIEWER_QOS,
     WARN_THROTTLE_S,
     Diagnostics,
+    file_parameter,
     flag,
     parameter,
     positive,
     run_node,
 )
+from diffpolicy_ros.user_files import CELL_FILE
 
 
 class SimBridge(Node):
+    FILE_PARAMETERS = {"cells": CELL_FILE}
+
     def __init__(self):
         super().__init__("sim_bridge")
         self.declare_parameter("task", "push")
@@ -66,11 +70,16 @@ class SimBridge(Node):
         self.images = flag(self, "publish_images", True)
 
         from diffpolicy_ros.sim import make_env  # MuJoCo: only this node and the trainer need a simulator
+        from diffpolicy_ros.sim.cell import load_cell_ranges
 
+        _, cells = file_parameter(self, "cells", "a cell file: each episode in a cell sampled from its ranges",
+                                  load_cell_ranges)  # fmt: skip
         obs_mode = "image" if self.images else "state"
         # a real cell has no time limit: the episode runs until someone stops it
-        limit = {"max_episode_steps": 10**9} if self.driver_mode else {}
-        self.env = make_env(p["task"], obs_mode=obs_mode, control_dt=1 / p["control_rate_hz"], **limit)
+        settings = {"max_episode_steps": 10**9} if self.driver_mode else {}
+        if cells is not None:
+            settings["cells"] = cells
+        self.env = make_env(p["task"], obs_mode=obs_mode, control_dt=1 / p["control_rate_hz"], **settings)
         self.cmd_stamp = -np.inf  # driver mode: the command's header stamp (ROS time, s)
         self.period = self.env.cfg.control_dt
         self.seed, self.episode = int(p["seed"]), 0

@@ -42,13 +42,14 @@ from diffpolicy_ros.rl.best import BestEvaluation
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.recipes import DEFAULT_RECIPE as DEFAULTS  # what it trains when not told (sim_train's)
 from diffpolicy_ros.runs import RunDir, link_checkpoint, new_run_dir
-from diffpolicy_ros.user_files import DATASET, DEPLOYMENT, POLICY_CONFIG, TRAIN_CONFIG
+from diffpolicy_ros.user_files import CELL_FILE, DATASET, DEPLOYMENT, POLICY_CONFIG, TRAIN_CONFIG
 
 MAX_COUNT = 10_000_000  # the upper end of the declared ranges of counts (rclpy ranges need both ends)
 
 
 class TrainerNode(Node):
-    FILE_PARAMETERS = {"config": POLICY_CONFIG, "demos": DATASET, "ppo_config": TRAIN_CONFIG, "deploy": DEPLOYMENT}
+    FILE_PARAMETERS = {"config": POLICY_CONFIG, "demos": DATASET, "ppo_config": TRAIN_CONFIG, "deploy": DEPLOYMENT,
+                       "cells": CELL_FILE}  # fmt: skip
 
     def __init__(self):
         super().__init__("trainer_node")
@@ -59,6 +60,7 @@ class TrainerNode(Node):
         from diffpolicy_ros.nodes.graph import load_deployment
         from diffpolicy_ros.rl.bc import load_bc_run
         from diffpolicy_ros.rl.ppo import load_ppo_run
+        from diffpolicy_ros.sim.cell import load_cell_ranges
 
         # the files: each read here, so a bad one stops the node with one line before any training
         config, bc_run = file_parameter(self, "config", "the policy/BC config (default: the multimodal policy)",
@@ -70,6 +72,9 @@ class TrainerNode(Node):
         ppo_config, ppo_run = file_parameter(self, "ppo_config", f"default: {DEFAULTS.ppo_config}", load_ppo_run)
         deploy, deployment = file_parameter(self, "deploy", "a real_arm file: PPO fine-tunes in the sim as deployed",
                                             load_deployment)  # fmt: skip
+        cells_file, cells = file_parameter(self, "cells", "a cell file: demonstrations and PPO in sampled cells",
+                                           load_cell_ranges)  # fmt: skip
+        self.cells = {"cells": cells} if cells is not None else {}  # the sim's settings of both
         text = {
             "config": config,
             "demos": demos,
@@ -77,6 +82,7 @@ class TrainerNode(Node):
             "run_dir": parameter(self, "run_dir", ""),
             "ppo_config": ppo_config,
             "deploy": deploy,
+            "cells": cells_file,
         }
         device = checked_device(self)  # an unknown or unavailable device stops the node here, not mid-training
         n = {
@@ -110,6 +116,7 @@ class TrainerNode(Node):
         self.ppo.task = text["task"]
         if deployment is not None:
             self.ppo.deploy = deployment.as_dict()
+        self.ppo.env = {**self.ppo.env, **self.cells}
         self.ppo.train = override(
             self.ppo.train,
             device=device,
@@ -160,7 +167,7 @@ class TrainerNode(Node):
                     self.hooks.progress.update(iter=done, iters_total=total, unit="episode")
 
                 run_demos(self.params["task"], episodes, seed=0, obs_mode=obs_mode, out=demos, progress=False,
-                          on_episode=on_episode, stop=self.hooks.stop)  # fmt: skip
+                          env_overrides=self.cells, on_episode=on_episode, stop=self.hooks.stop)  # fmt: skip
                 self.hooks.progress.clear()
                 self.rate = PhaseRate()
             self.status = "training (BC)"

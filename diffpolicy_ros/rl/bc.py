@@ -49,6 +49,7 @@ from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.estimator import copy_estimator, train_estimator, true_task_state
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.runs import EVAL_SEED, MetricsLogger, RunDir, as_run_dir
+from diffpolicy_ros.sim.cell import ranges_from_dict
 
 CSV_FIELDS = ("iter", "loss", "lr", "eval_success_rate", "eval_mean_return", "eval_left_fraction", "wall_s")
 
@@ -184,6 +185,9 @@ def _train_bc(
     if isinstance(data_path, EpisodeDataset):
         data_path = ", ".join(dataset.meta.get("source", ["(in memory)"]))
     task = dataset.meta.get("task", "push")
+    # demonstrations recorded across cells (demo --cells): evaluated across the same ranges, on held-out cells
+    cell_ranges = dataset.meta.get("env_config", {}).get("cells")
+    eval_env = {"cells": ranges_from_dict(cell_ranges, f"dataset {data_path}")} if cell_ranges else {}
     goals = dataset.obs.get("goals")
     spec.fit_task(dataset.obs["proprio"].shape[1], goals[0].size if goals is not None else 0, dataset.action.shape[1])
     fusion = spec.active().fusion
@@ -303,6 +307,7 @@ def _train_bc(
             device=device,
             execute_horizon=cfg.execute_horizon,
             progress=False,
+            env_kwargs=eval_env,
             stop=hooks.stop,
         )
 
@@ -368,6 +373,7 @@ def _train_bc(
         "iters": start_it + len(losses),
         "final_loss": float(np.mean(losses[-cfg.log_every :])) if losses else float("nan"),
         "final_eval": last_eval,
+        "eval_cells": bool(eval_env),  # evaluated in held-out cells of the demonstrations' cell ranges
         "best_success_rate": best.success_rate,
         "train_wall_s": round(time.perf_counter() - start, 1),
         **({"estimator": estimator.summary} if estimator else {}),

@@ -23,7 +23,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mujoco
 import numpy as np
 
 from diffpolicy_ros.config import ConfigError, load_config
@@ -147,6 +146,16 @@ def check_ranges(ranges: CellRanges, label: str) -> CellRanges:
     return ranges
 
 
+def ranges_from_dict(data: dict, label: str) -> CellRanges:
+    """A cell file's ranges from their dict form (a dataset's recorded ``env_config.cells``)."""
+    from diffpolicy_ros.config import from_dict
+
+    try:
+        return check_ranges(from_dict(CellRanges, data), label)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: cells: {exc}") from None
+
+
 def load_cell_ranges(path: str | Path) -> CellRanges:
     """A cell file (``config/cells/*.yaml``): unknown keys, wrong types and ranges out of bounds name the file
     and the factor."""
@@ -181,7 +190,7 @@ class CellLayout:
     """Lays a sampled cell out in a MuJoCo model: every field it touches is restored from the model's own
     values first, so cells do not accumulate and a nominal cell is the MJCF's world bit for bit."""
 
-    def __init__(self, model: mujoco.MjModel):
+    def __init__(self, model):  # a mujoco.MjModel
         self.model = model
         m = model
         self._cams = {cam: m.camera(cam).id for cam in CAMERAS}
@@ -233,11 +242,13 @@ class CellLayout:
             m.geom_friction[[self._block_geom, self._table], 0] *= cell["physics.block_friction"]
 
 
-def _geom_names(m: mujoco.MjModel) -> set[str]:
+def _geom_names(m) -> set[str]:
     return {m.geom(i).name for i in range(m.ngeom)}
 
 
 def _rotation(axis: list[float], degrees: float) -> np.ndarray:
+    import mujoco
+
     quat = np.zeros(4)
     mujoco.mju_axisAngle2Quat(quat, np.asarray(axis, dtype=float), np.deg2rad(degrees))
     mat = np.zeros(9)
@@ -247,6 +258,8 @@ def _rotation(axis: list[float], degrees: float) -> np.ndarray:
 
 def _turned(quat: np.ndarray, axis: list[float], degrees: float) -> np.ndarray:
     """A camera's orientation turned by ``degrees`` about ``axis`` (in the world frame)."""
+    import mujoco
+
     turn = np.zeros(4)
     mujoco.mju_axisAngle2Quat(turn, np.asarray(axis, dtype=float), np.deg2rad(degrees))
     out = np.zeros(4)

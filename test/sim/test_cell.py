@@ -135,3 +135,24 @@ def test_a_wrong_cell_file_names_the_file_and_the_factor(tmp_path, text, message
     with pytest.raises(ConfigError) as error:
         load_cell_ranges(path)
     assert str(path) in str(error.value) and message in str(error.value), str(error.value)
+
+
+@pytest.mark.quick
+def test_demonstrations_record_their_cells_and_bc_evaluates_across_the_same_ranges(tmp_path):
+    import json
+
+    from diffpolicy_ros.assets import config_file
+    from diffpolicy_ros.data.episodes import EpisodeDataset
+    from diffpolicy_ros.rl.bc import load_bc_run, train_bc
+    from diffpolicy_ros.sim.demos import run_demos
+
+    ranges = load_cell_ranges(TRAIN_CELLS)
+    run_demos("push", episodes=3, seed=0, out=tmp_path / "d.npz", progress=False, env_overrides={"cells": ranges})
+    data = EpisodeDataset.load(tmp_path / "d.npz")
+    cells = [json.loads(text) for text in data.episode["cell"]]
+    env = make_env("push", cells=ranges)
+    assert cells == [env.reset(seed=seed)[1]["cell"] for seed in range(3)]  # each episode's own, from its seed
+    assert data.meta["env_config"]["cells"]["physics"]["block_mass"] == [0.5, 2.0]
+    run = load_bc_run(config_file("policy/diffusion_state_small.yaml"))
+    run.train.iters, run.train.eval_every, run.train.eval_episodes, run.train.final_eval_episodes = 2, 2, 1, 1
+    assert train_bc(run, tmp_path / "d.npz", tmp_path / "bc", progress=False)["eval_cells"] is True
