@@ -19,6 +19,7 @@ Randomizing what a camera sees and how the world responds is how sim-trained pol
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,9 +93,7 @@ class CellRanges:
 
     def with_factors(self, values: dict[str, Range]) -> CellRanges:
         """A copy with the named factors' ranges replaced (``bench cells``: one factor at its edge)."""
-        out = dataclasses.replace(self, cameras={c: dataclasses.replace(f) for c, f in self.cameras.items()},
-                                  **{g: dataclasses.replace(getattr(self, g))
-                                     for g in ("lights", "colours", "image", "physics")})  # fmt: skip
+        out = copy.deepcopy(self)
         for name, value in values.items():
             *path, leaf = name.split(".")
             part = out.cameras[path[1]] if path[0] == "cameras" else getattr(out, path[0])
@@ -151,9 +150,10 @@ def ranges_from_dict(data: dict, label: str) -> CellRanges:
     from diffpolicy_ros.config import from_dict
 
     try:
-        return check_ranges(from_dict(CellRanges, data), label)
+        ranges = from_dict(CellRanges, data)
     except ConfigError as exc:
         raise ConfigError(f"{label}: cells: {exc}") from None
+    return check_ranges(ranges, f"{label}: cells")
 
 
 def load_cell_ranges(path: str | Path) -> CellRanges:
