@@ -41,7 +41,9 @@ class ChunkExecutor(Node):
         self.frame_id = parameter(self, "frame_id", WORLD_FRAME, bool, "must not be empty")
         # cross-fade from the old chunk to a new one over this long (0: switch at once; safety/chunk_player.py)
         blend = number(self, "blend_s", 0.0, 0.0, 1.0, description="cross-fade time at a chunk switch (s)")
-        self.player = ChunkPlayer(dt, blend_s=blend)
+        future = number(self, "future_tolerance_s", 0.05, 0.0, 3600.0,
+                        description="a chunk stamped further ahead of this node's clock is refused (s)")
+        self.player = ChunkPlayer(dt, future_tolerance=future, blend_s=blend)
         self.lock = threading.Lock()
         self.pub = self.create_publisher(TwistStamped, CMD_TWIST_TOPIC, COMMAND_QOS)
         self.diag = Diagnostics(self)

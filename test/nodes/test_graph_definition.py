@@ -101,8 +101,8 @@ def test_sim_train_filters_every_command_the_sim_obeys():
     nodes = {n.name: n for n in graph("sim_train", {"real_time_factor": "0.5"})}
     flt = nodes["safety_filter"].parameters
     assert flt["box_low"] == [0.15, -0.4, 0.022] and flt["command_timeout_s"] == pytest.approx(0.5)
-    # /clock follows each step's data: a pose stamped one control period ahead of the filter's clock is normal
-    assert flt["future_tolerance_s"] > 0.1
+    # /clock follows each step's data and a busy executor takes it late: a pose a few ticks ahead is normal
+    assert flt["future_tolerance_s"] >= 3 * 0.1
 
 
 def test_unknown_graph_or_argument_is_an_error():
