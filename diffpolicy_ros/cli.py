@@ -137,11 +137,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.to_bag is not None:  # the whole topic contract as a cell would record it
         from diffpolicy_ros.bags.record import write_demo_bag
 
-        if env_overrides or args.cells is not None:
-            raise UserError("--to-bag records the task's default settings; drop --config and --cells")
+        if env_overrides:
+            raise UserError("--to-bag records the task's default settings; drop --config")
         summary = write_demo_bag(
             args.to_bag, task, args.episodes, args.seed, args.storage, args.metadata_version, not args.json,
-            compressed=args.compressed, expert_limits=limits,
+            compressed=args.compressed, expert_limits=limits, cells=_cells(args).get("cells"),
         )  # fmt: skip
         _print_json_or_table(summary, args.json)
         return 0

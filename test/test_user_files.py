@@ -240,6 +240,28 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+# the options that take a word, not a path; a new untyped option must be added here or typed
+NOT_PATHS = {
+    "task", "storage", "device", "deploy_args", "topics", "command_topic", "graph", "arguments", "backend",
+    "tasks", "variants", "start", "overrides",
+}
+
+
+@pytest.mark.quick
+def test_every_option_that_takes_a_string_is_a_typed_path_or_a_known_word():
+    """The walk below covers a path option by its type: an option added as a bare string escapes it."""
+    from diffpolicy_ros.cli import build_parser
+
+    untyped = set()
+    for words, actions in commands(build_parser()):
+        for action in actions:
+            if action.nargs == 0 or action.type in (int, float) or isinstance(action.type, (U.InputPath, U.OutputPath)):
+                continue
+            if action.dest not in NOT_PATHS:
+                untyped.add(f"{' '.join(words)} {action.option_strings or action.dest}")
+    assert not untyped, f"options taking a string that is neither a typed path nor a known word: {sorted(untyped)}"
+
+
 @pytest.mark.quick
 def test_every_path_option_refuses_every_bad_file_in_one_line(good, tmp_path, capsys, monkeypatch):
     from diffpolicy_ros.cli import build_parser

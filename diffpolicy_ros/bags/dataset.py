@@ -9,6 +9,7 @@ complete, fresh observation are skipped and counted.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ def dataset_from_bags(
                 success=bool(episode.get("success", True)),
                 seed=int(episode.get("seed", -1)),
                 ep_return=float(episode.get("return", 0.0)),
+                cell=json.dumps(episode.get("cell", {})),  # the cell it ran in ({}: the bag does not say)
             )
         steps_in_episode = 0
 

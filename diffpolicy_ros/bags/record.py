@@ -4,7 +4,8 @@
 A demo bag carries the whole topic contract as a cell would record it — both cameras (+ camera_info),
 ``/joint_states``, ``/arm/ee_pose``, block and goal poses, ``/task/instruction``, the commanded twist on
 ``/arm/cmd_twist``, the scene markers, ``/clock`` — plus ``/diffpolicy/episode`` (std_msgs/String, JSON) at
-each episode's start and end, so episode boundaries and outcomes survive the round trip.
+each episode's start and end, so episode boundaries, outcomes and the cell each episode ran in survive the round
+trip.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from diffpolicy_ros import contract as C
 from diffpolicy_ros.data.bag_io import EPISODE_TOPIC, open_writer, qos_profile
+from diffpolicy_ros.sim.cell import CellRanges
 
 EPISODE_GAP_NS = 1_000_000_000  # between episodes: a second of silence, as between takes on a cell
 
@@ -32,9 +34,11 @@ def write_demo_bag(
     progress: bool = True,
     compressed: bool = False,
     expert_limits: dict | None = None,
+    cells: CellRanges | None = None,
 ) -> dict:
     """Scripted-expert episodes on sim time, as the sim graph would publish them; returns a summary.
-    ``compressed``: the cameras as JPEG CompressedImage on ``<topic>/compressed`` (what cells record)."""
+    ``compressed``: the cameras as JPEG CompressedImage on ``<topic>/compressed`` (what cells record).
+    ``cells``: each episode in a cell sampled from these ranges, written in its start mark (``"cell"``)."""
     from builtin_interfaces.msg import Time
     from rosgraph_msgs.msg import Clock
     from std_msgs.msg import String
@@ -44,7 +48,7 @@ def write_demo_bag(
     from diffpolicy_ros.sim import make_env, make_expert
 
     start = time.perf_counter()
-    env = make_env(task, obs_mode="image")
+    env = make_env(task, obs_mode="image", **({"cells": cells} if cells is not None else {}))
     expert = make_expert(task, env, **(expert_limits or {}))
     period_ns = round(env.cfg.control_dt * 1e9)
     t_ns, successes, steps = EPISODE_GAP_NS, [], 0
@@ -65,9 +69,11 @@ def write_demo_bag(
             bag.write(C.CLOCK_TOPIC, t_ns, Clock(clock=stamp()))
 
         for i in tqdm(range(episodes), desc="demo bag", unit="ep", disable=not progress):
-            obs, _ = env.reset(seed=seed + i)
+            obs, info = env.reset(seed=seed + i)
             expert.reset(np.random.default_rng([seed, i]))
             mark = {"event": "start", "episode": i, "seed": seed + i, "task": task}
+            if "cell" in info:
+                mark["cell"] = info["cell"]
             bag.write(EPISODE_TOPIC, t_ns, String(data=json.dumps(mark)))
             bag.write(C.INSTRUCTION_TOPIC, t_ns, String(data=obs["instruction"]))
             write_step(obs)
