@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +17,7 @@ from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValu
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 
 from diffpolicy_ros.arguments import ArgumentError, parse_bool, parse_number
 from diffpolicy_ros.contract import DIAGNOSTICS_TOPIC
@@ -184,16 +187,24 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
     Python, holding the GIL that a node's worker thread (inference, training) needs — measured: 70% CPU
     and 290 ms inference spikes in the policy node. ``threads=1`` also spins on the constructing thread,
     which nodes owning a GL context (sim_bridge) need.
+
+    The stop is this loop's own: a Python handler marks it and the spin (which returns every ``STOP_POLL_S``)
+    sees it, then the context is shut down (worker threads see ``stopped``), the node closed and destroyed.
+    rclpy's own handler shuts the context down from its signal thread, a wake-up seen lost on a busy machine
+    (a node waiting until launch killed it). A node that hangs anyway prints every thread's stack on SIGUSR1
+    (``diffpolicy launch`` sends it before it kills one).
     """
-    rclpy.init(args=sys.argv if args is None else args)
+    stop = threading.Event()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    rclpy.init(args=sys.argv if args is None else args, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     try:
         node = factory()
         executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
-        # spin() waits for the signal handler's guard condition to end its wait; in a busy graph that wake-up
-        # was seen lost (a node waiting until launch killed it), so the wait also times out to see the stop
-        while node.context.ok():
+        while node.context.ok() and not stop.is_set():
             executor.spin_once(timeout_sec=STOP_POLL_S)
     except (ParameterError, InvalidParameterTypeException, InvalidParameterValueException) as exc:
         # a parameter the node cannot run with (rclpy's own type/range errors too): one line, no traceback
@@ -202,24 +213,20 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
-        if rclpy.ok():
+        if rclpy.ok() and not stop.is_set():
             raise
-        # Ctrl-C / SIGTERM shut the context down while a callback was publishing ("publisher's context is
-        # invalid"): a clean stop, not a crash to print
+        # a stop came while a callback was publishing ("publisher's context is invalid"): not a crash to print
     except SystemExit as exc:  # a node that has finished its job (a recorder's duration)
         return int(exc.code or 0)
     finally:
         # a terminal's Ctrl-C under `ros2 launch` arrives twice (the terminal's, then launch's forward): the second
-        # must not cut the clean-up short with a KeyboardInterrupt traceback (launch sends SIGTERM after 5 s)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # must change nothing, also once Python's exit has put the default handlers back (exit by SIGINT, not 0)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        rclpy.try_shutdown()  # first: a worker thread's publish now fails as ``stopped``, not into a destroyed node
         if node is not None:
             close = getattr(node, "close", None)
             if close is not None:
                 close()
             node.destroy_node()
-        try:
-            rclpy.try_shutdown()
-        except Exception:  # rclpy's signal thread shut the context down between try_shutdown's check and its call
-            if rclpy.ok():
-                raise
     return 0

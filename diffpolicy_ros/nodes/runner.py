@@ -98,7 +98,9 @@ def run_graph(name: str, overrides: dict[str, str], out=sys.stdout) -> int:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                out.write(f"[launch] {node_name} did not stop in {STOP_TIMEOUT_S:.0f} s: killing it\n")
+                out.write(f"[launch] {node_name} did not stop in {STOP_TIMEOUT_S:.0f} s: its stacks, then killing it\n")
+                proc.send_signal(signal.SIGUSR1)  # run_node prints where every thread is (faulthandler)
+                time.sleep(1.0)
                 proc.kill()
                 proc.wait()
         for s, handler in old.items():
