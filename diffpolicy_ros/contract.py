@@ -76,8 +76,25 @@ def camera_info_topic(camera: str) -> str:
     return f"/cameras/{camera}/camera_info"
 
 
+def camera_pose_topic(camera: str) -> str:
+    """geometry_msgs/PoseStamped, latched: the camera's optical frame in the world frame (its hand-eye calibration)."""
+    return f"/cameras/{camera}/optical_pose"
+
+
 def policy_camera_topic(camera: str) -> str:
     return f"/policy/camera/{camera}"
+
+
+def paired_camera_info_topic(image_topic: str) -> str:
+    """The CameraInfo topic image_transport pairs with an image topic: ``/ns/image_raw[/compressed]`` ->
+    ``/ns/camera_info``."""
+    base = image_topic.removesuffix("/compressed").rstrip("/")
+    return f"{base.rsplit('/', 1)[0]}/camera_info" if "/" in base else "camera_info"
+
+
+def policy_camera_info_topic(camera: str) -> str:
+    """The CameraInfo of the model-size image camera_node publishes (K cropped and resized with it)."""
+    return f"/policy/camera/{camera}/camera_info"
 
 
 JOINT_STATES_TOPIC = "/joint_states"

@@ -100,6 +100,16 @@ WRONG: dict[str, list[tuple[str, Callable[[Path], Path]]]] = {
         ("low above high", _text("physics: {block_mass: [2.0, 0.5]}\n")),
         ("out of bounds", _text("cameras: {top: {turn_deg: [0, 90]}}\n")),
     ],
+    U.CAMERA_POSES.name: [
+        ("unknown key", _text("frame: world\n")),
+        ("a camera missing", _text("cameras: {top: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}}\n")),
+        ("a short position", _text(
+            "cameras:\n  top: {position: [0, 1], orientation: [1, 0, 0, 0]}\n"
+            "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n")),
+        ("not a unit quaternion", _text(
+            "cameras:\n  top: {position: [0, 0, 1], orientation: [1, 1, 0, 0]}\n"
+            "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n")),
+    ],
 }
 
 
@@ -171,6 +181,7 @@ def good(tmp_path_factory) -> dict[str, Path]:
         U.BAG.name: tmp / "bag",
         U.RUN_DIR.name: run,
         U.CELL_FILE.name: REPO / "config/cells/train.yaml",
+        U.CAMERA_POSES.name: REPO / "config/cells/sim_camera_poses.yaml",
     }
 
 
@@ -287,7 +298,11 @@ def test_every_path_option_refuses_every_bad_file_in_one_line(good, tmp_path, ca
                 if code != 2 or len(lines) != 1 or str(bad) not in lines[0] or "Traceback" in err:
                     failures.append(f"{' '.join(argv)} [{what}]: exit {code}: {err.strip()[-300:]}")
     print(f"{pairs} (path option x bad input) pairs over {options} path options of {len(kinds)} file kinds")
-    assert kinds == {kind.name for kind in U.KINDS}  # every kind of user file is given somewhere on the CLI
+    from diffpolicy_ros.nodes.graph import KINDS as GRAPH_ARGUMENTS
+    from diffpolicy_ros.nodes.graph import FileArgument
+
+    launched = {a.kind.name for a in GRAPH_ARGUMENTS.values() if isinstance(a, FileArgument)}  # tested below
+    assert kinds | launched == {kind.name for kind in U.KINDS}  # every kind of user file is given somewhere
     assert options >= 30 and not failures, "\n".join(failures)
 
 

@@ -15,6 +15,8 @@ from geometry_msgs.msg import PoseStamped, Transform, Twist, TwistStamped, Vecto
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from trajectory_msgs.msg import MultiDOFJointTrajectory, MultiDOFJointTrajectoryPoint
 
+from diffpolicy_ros.calibration import CameraPose
+
 try:  # cv_bridge on a ROS 2 distro machine; plain numpy otherwise (PyPI's cv-bridge is a broken ROS 1 copy)
     from cv_bridge import CvBridge
 
@@ -112,18 +114,46 @@ def image_to_rgb(msg: Image | CompressedImage) -> np.ndarray:
     return np.ascontiguousarray(img[:, :, :3])
 
 
-def camera_info(width: int, height: int, fovy_deg: float, stamp: Time, frame_id: str) -> CameraInfo:
-    """Pinhole intrinsics of a MuJoCo camera (square pixels, principal point at the centre)."""
-    f = 0.5 * height / math.tan(math.radians(fovy_deg) / 2)
+def camera_info(k, width: int, height: int, stamp: Time, frame_id: str) -> CameraInfo:
+    """A pinhole camera's CameraInfo from its K (9 numbers; no distortion: the images are rectified or ideal)."""
+    k = [float(v) for v in np.asarray(k, dtype=np.float64).flatten()]
     msg = CameraInfo()
     msg.header.stamp, msg.header.frame_id = stamp, frame_id
-    msg.width, msg.height = width, height
+    msg.width, msg.height = int(width), int(height)
     msg.distortion_model = "plumb_bob"
     msg.d = [0.0] * 5
-    msg.k = [f, 0.0, width / 2, 0.0, f, height / 2, 0.0, 0.0, 1.0]
+    msg.k = k
     msg.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-    msg.p = [f, 0.0, width / 2, 0.0, 0.0, f, height / 2, 0.0, 0.0, 0.0, 1.0, 0.0]
+    msg.p = [k[0], k[1], k[2], 0.0, k[3], k[4], k[5], 0.0, 0.0, 0.0, 1.0, 0.0]
     return msg
+
+
+def info_intrinsics(msg: CameraInfo) -> tuple[tuple[float, ...], int, int]:
+    """(K, width, height) of a CameraInfo; raises MessageError on one that calibrates nothing (all zeros, as an
+    uncalibrated driver sends, or not finite)."""
+    k = np.asarray(msg.k, dtype=np.float64)
+    if k.shape != (9,) or not np.all(np.isfinite(k)) or k[0] <= 0 or k[4] <= 0 or msg.width <= 0 or msg.height <= 0:
+        raise MessageError(f"camera_info: K {k.tolist()} for {msg.width}x{msg.height} is not a calibration")
+    return tuple(k.tolist()), int(msg.width), int(msg.height)
+
+
+def camera_pose(pose: CameraPose, stamp: Time) -> PoseStamped:
+    """A camera's optical frame (x right, y down, z forward) in its frame: its hand-eye calibration."""
+    msg = PoseStamped()
+    msg.header.stamp, msg.header.frame_id = stamp, pose.frame_id
+    msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in pose.position)
+    o = msg.pose.orientation
+    o.x, o.y, o.z, o.w = (float(v) for v in pose.orientation)
+    return msg
+
+
+def pose_from_message(msg: PoseStamped) -> CameraPose:
+    """A camera's optical-frame pose; raises MessageError on a non-finite position or a zero quaternion."""
+    p, o = msg.pose.position, msg.pose.orientation
+    position, orientation = (p.x, p.y, p.z), (o.x, o.y, o.z, o.w)
+    if not np.all(np.isfinite(position + orientation)) or np.linalg.norm(orientation) < 1e-6:
+        raise MessageError(f"camera pose: position {position}, orientation {orientation} is not a pose")
+    return CameraPose(position, orientation, msg.header.frame_id)
 
 
 # ------------------------------------------------------------------------------------------- joints

@@ -13,11 +13,20 @@ from collections.abc import Sequence
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, joint_state_vectors, pose_xy, stamp_to_sec
+from diffpolicy_ros.calibration import CameraCalibration, CameraPose
+from diffpolicy_ros.messages.conversions import (
+    MessageError,
+    image_to_rgb,
+    info_intrinsics,
+    joint_state_vectors,
+    pose_from_message,
+    pose_xy,
+    stamp_to_sec,
+)
 
 
 def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
@@ -53,7 +62,12 @@ INPUT_SOURCES = {
     "goal": (C.GOAL_POSE_TOPIC, "perception"),
     **{f"image_{c}": (C.policy_camera_topic(c), f"camera_node from the {c} camera ({c}_topic or {c}_device)")
        for c in C.CAMERAS},
+    **{f"camera_info_{c}": (C.policy_camera_info_topic(c), f"camera_node, from the {c} driver's CameraInfo")
+       for c in C.CAMERAS},
+    **{f"camera_pose_{c}": (C.camera_pose_topic(c), "the sim bridge, or on a cell camera_node's camera_poses "
+       "(a hand-eye calibration: real_arm camera_poses:=FILE)") for c in C.CAMERAS},
 }  # fmt: skip
+CALIBRATION_PARTS = tuple(f"camera_{part}_{c}" for c in C.CAMERAS for part in ("info", "pose"))
 TASK_STATE_FIX = (
     "this policy reads the block and goal poses: in HIL add hil_task_state:=true; on a cell, publish them from "
     "a perception source; or deploy the vision policy (make vision-policy), which reads the cameras instead"
@@ -71,18 +85,26 @@ class MissingInputs(MessageError):
 
 
 def assemble_observation(
-    latest: dict, now: float, max_age: float, need_images: bool, need_task_state: bool = True
+    latest: dict,
+    now: float,
+    max_age: float,
+    need_images: bool,
+    need_task_state: bool = True,
+    need_calibration: bool = False,
 ) -> tuple[dict, float]:
     """Newest samples -> (env-style observation, its stamp = the oldest part's). Raises MessageError.
 
     A policy without task state (``fusion.use_task_state: false``) needs no object or goal pose: their proprio
-    slots are left zero, and the model does not read them."""
+    slots are left zero, and the model does not read them. A calibrated estimator's policy needs each camera's
+    CameraInfo (of the model-size image) and optical-frame pose: ``camera_projection``; they are a mount's
+    state, not samples, so they have no age."""
     parts = ["joints", "instruction"] + (["object", "goal"] if need_task_state else [])
     parts += [f"image_{c}" for c in C.CAMERAS] if need_images else []
+    parts += list(CALIBRATION_PARTS) if need_calibration else []
     missing = [p for p in parts if p not in latest]
     if missing:
         raise MissingInputs(missing)
-    stamps = {p: latest[p][0] for p in parts if p != "instruction"}
+    stamps = {p: latest[p][0] for p in parts if p != "instruction" and p not in CALIBRATION_PARTS}
     stale = {p: round(now - t, 3) for p, t in stamps.items() if now - t > max_age}
     if stale:
         raise MessageError(f"stale inputs (age s): {stale}")
@@ -97,13 +119,30 @@ def assemble_observation(
     if need_images:
         for cam in C.CAMERAS:
             obs[f"image_{cam}"] = latest[f"image_{cam}"][1]
+    if need_calibration:
+        cams = [CameraCalibration(*latest[f"camera_info_{c}"][1], latest[f"camera_pose_{c}"][1]) for c in C.CAMERAS]
+        obs["camera_projection"] = projections(cams)
     return obs, min(stamps.values())
 
 
-def example_observation(images: bool) -> dict:
+def projections(calibrations: Sequence[CameraCalibration]) -> np.ndarray:
+    """The cameras' projections onto the model image [cameras, 3, 4] (each calibration of a model-size image)."""
+    return np.stack([c.projection(C.IMAGE_SIZE, crop_square=False) for c in calibrations]).astype(np.float32)
+
+
+# A camera looking straight down from 1 m above the table's middle: a well-posed stand-in for warm-up traces.
+EXAMPLE_CAMERA = CameraCalibration(
+    (150.0, 0.0, 63.5, 0.0, 150.0, 63.5, 0.0, 0.0, 1.0), C.IMAGE_SIZE, C.IMAGE_SIZE,
+    CameraPose((0.5, 0.0, 1.0), (1.0, 0.0, 0.0, 0.0)),
+)  # fmt: skip
+
+
+def example_observation(images: bool, calibrated: bool = False) -> dict:
     obs = {"proprio": np.zeros(C.PROPRIO_DIM, np.float32), "instruction": C.DEFAULT_INSTRUCTION}
     if images:
         obs.update({f"image_{c}": np.zeros(C.IMAGE_SHAPE, np.uint8) for c in C.CAMERAS})
+    if calibrated:
+        obs["camera_projection"] = projections([EXAMPLE_CAMERA] * len(C.CAMERAS))
     return obs
 
 
@@ -144,6 +183,18 @@ class ObservationCache:
             return self.store(key, stamp_to_sec(msg.header.stamp), pose_xy(msg))
         except MessageError as exc:
             return f"{key} pose: {exc}"
+
+    def on_camera_info(self, cam: str, msg: CameraInfo) -> str:
+        try:
+            return self.store(f"camera_info_{cam}", -np.inf, info_intrinsics(msg))  # a lens: no age
+        except MessageError as exc:
+            return f"camera {cam}: {exc}"
+
+    def on_camera_pose(self, cam: str, msg: PoseStamped) -> str:
+        try:
+            return self.store(f"camera_pose_{cam}", -np.inf, pose_from_message(msg))  # a mount: no age
+        except MessageError as exc:
+            return f"camera {cam}: {exc}"
 
     def on_instruction(self, msg: String) -> str:
         reason = C.check_instruction(msg.data)

@@ -11,6 +11,7 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.messages.conversions import (
     COMPRESSED_SUFFIX,
     camera_info,
+    camera_pose,
     make_joint_state,
     make_pose,
     numpy_to_image,
@@ -22,8 +23,9 @@ from diffpolicy_ros.messages.markers import scene_markers
 def step_messages(
     env, obs: dict, stamp: Time, frame_id: str, images: bool, task_state: bool, compressed: bool = False
 ) -> list[tuple[str, object]]:
-    """(topic, message) for cameras (+ camera_info), joint states, the tool pose, the block and goal poses
-    (``task_state``: privileged, a real cell has them only from perception) and the viewer's scene markers.
+    """(topic, message) for cameras (+ camera_info and the optical frame's pose), joint states, the tool pose, the
+    block and goal poses (``task_state``: privileged, a real cell has them only from perception) and the viewer's
+    scene markers.
     ``compressed``: the cameras as image_transport's JPEG CompressedImage on ``<raw topic>/compressed``."""
     out: list[tuple[str, object]] = []
     if images:
@@ -34,9 +36,10 @@ def step_messages(
                 out.append((topic, rgb_to_compressed(obs[f"image_{cam}"], stamp, frame)))
             else:
                 out.append((C.raw_camera_topic(cam), numpy_to_image(obs[f"image_{cam}"], stamp, frame)))
-            fovy = float(env.model.cam_fovy[env.model.camera(cam).id])
-            size = env.cfg.image_size
-            out.append((C.camera_info_topic(cam), camera_info(size, size, fovy, stamp, frame)))
+            calibration = env.camera_calibrations[cam]  # this episode's, exact (a cell may move the camera)
+            info = camera_info(calibration.k, calibration.width, calibration.height, stamp, frame)
+            out.append((C.camera_info_topic(cam), info))
+            out.append((C.camera_pose_topic(cam), camera_pose(calibration.pose, stamp)))
     out.append((C.JOINT_STATES_TOPIC, make_joint_state(C.ARM_JOINTS, env.joint_positions, env.joint_velocities, stamp)))
     out.append((C.EE_POSE_TOPIC, make_pose(env.pusher_position, stamp, frame_id)))
     block, yaw = env.block_pose

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from diffpolicy_ros.calibration import BLOCK_CENTRE_Z, GOAL_Z
 from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import JOINT_STATE_DIM, PROPRIO_DIM, TASK_STATE_SLICE, WORKSPACE_HIGH, WORKSPACE_LOW
 from diffpolicy_ros.models.encoders import (
@@ -24,6 +25,29 @@ from diffpolicy_ros.models.encoders import (
     normalized_images,
 )
 from diffpolicy_ros.models.normalizer import StandardNormalizer
+
+TASK_STATE_ESTIMATORS = ("learned", "calibrated")
+ESTIMATED_POINTS = ("block", "goal")  # the calibrated estimator's keypoints, in proprio's task-state order
+
+
+def project_points(projection: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """World points [B, N, 3] -> pixels [B, N, 2] through projections [B, 3, 4]."""
+    homogeneous = points @ projection[:, :, :3].transpose(1, 2) + projection[:, None, :, 3]
+    return homogeneous[..., :2] / homogeneous[..., 2:]
+
+
+def table_point(projection: torch.Tensor, pixels: torch.Tensor, heights: torch.Tensor) -> torch.Tensor:
+    """Back-projection: pixels [B, N, 2] through projections [B, 3, 4] onto the planes z = heights [N] -> world
+    points [B, N, 3]. Solves [p0 p1 -pixel] (x, y, s) = -(p2 z + p3) by the adjugate (Cramer's rule: batched,
+    traceable, the same on every backend)."""
+    p = projection[:, None]  # [B, 1, 3, 4]
+    ray = torch.cat([pixels, torch.ones_like(pixels[..., :1])], dim=-1)  # [B, N, 3]
+    a0, a1, a2 = p[..., 0].expand_as(ray), p[..., 1].expand_as(ray), -ray
+    b = -(p[..., 2] * heights.view(1, -1, 1) + p[..., 3])
+    det = (a0 * torch.linalg.cross(a1, a2)).sum(-1)
+    x = (b * torch.linalg.cross(a1, a2)).sum(-1) / det
+    y = (a0 * torch.linalg.cross(b, a2)).sum(-1) / det
+    return torch.stack([x, y, heights.view(1, -1).expand_as(x)], dim=-1)
 
 
 @dataclass
@@ -55,7 +79,12 @@ class FusionConfig:
     # from the cameras. Why (docs/experiments.md): the actor conditioned on fused image tokens reached 0.22
     # while a head on the same representation placed the block within ~7 mm
     estimate_task_state: bool = False
-    task_state_keypoints: int = 16  # soft-argmax keypoints per camera of the estimator
+    task_state_keypoints: int = 16  # soft-argmax keypoints per camera of the "learned" estimator
+    # how the estimator maps pixels to the table: "learned" (keypoints of both cameras -> an MLP head: a mapping
+    # learnt for the cameras it trained with) or "calibrated" (per camera a block and a goal keypoint, each
+    # back-projected through the camera's calibration, obs["camera_projection"], onto the plane at its height:
+    # a camera moved or zoomed and calibrated again needs no new policy). Calibrated needs the staged recipe.
+    task_state_estimator: str = "learned"
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
 
     def obs_mode(self) -> str:
@@ -99,6 +128,16 @@ class MultimodalEncoder(nn.Module):
                 "fusion: estimate_task_state needs aux_task_state_weight > 0 (the loss that trains the estimate) "
                 "and a one-goal task (extra_state_dim 0)"
             )
+        self.calibrated = self.estimates_task_state and cfg.task_state_estimator == "calibrated"
+        if cfg.task_state_estimator not in TASK_STATE_ESTIMATORS:
+            raise ConfigError(
+                f"fusion.task_state_estimator must be one of {TASK_STATE_ESTIMATORS}, got {cfg.task_state_estimator!r}"
+            )
+        if cfg.task_state_estimator == "calibrated" and not cfg.cameras_feed_only_estimator():
+            raise ConfigError(
+                "fusion.task_state_estimator calibrated needs the staged recipe: use_task_state false, "
+                "estimate_task_state true, image_tokens_per_camera 0"
+            )
         self.image_tokens = cfg.use_images and cfg.image_tokens_per_camera > 0
         if cfg.use_images and not (self.image_tokens or self.estimates_task_state):
             raise ConfigError("fusion: image_tokens_per_camera 0 needs estimate_task_state (nothing would read images)")
@@ -126,10 +165,14 @@ class MultimodalEncoder(nn.Module):
         self.aux_task_state = None  # block xy, goal xy in [-1, 1] over the workspace
         if cfg.aux_task_state_weight > 0 and not cfg.use_task_state:
             head_in = cfg.dim  # the fused representation, or the keypoints of the estimator
-            if self.estimates_task_state:
+            if self.calibrated:
+                self.keypoints = KeypointCNN(len(ESTIMATED_POINTS))  # the block's and the goal's pixel, any camera
+            elif self.estimates_task_state:
                 self.keypoints = KeypointCNN(cfg.task_state_keypoints)  # shared by the cameras
                 head_in = 2 * cfg.task_state_keypoints * len(cfg.cameras)
-            self.aux_task_state = mlp([head_in, cfg.dim, 4])
+            self.aux_task_state = None if self.calibrated else mlp([head_in, cfg.dim, 4])
+        heights = torch.tensor([BLOCK_CENTRE_Z, GOAL_Z], dtype=torch.float32)
+        self.register_buffer("point_heights", heights, persistent=False)  # where each estimated point lies
         low, high = (torch.tensor(b[:2], dtype=torch.float32).repeat(2) for b in (WORKSPACE_LOW, WORKSPACE_HIGH))
         self.register_buffer("task_state_low", low, persistent=False)  # constants, not checkpoint entries
         self.register_buffer("task_state_high", high, persistent=False)
@@ -165,18 +208,48 @@ class MultimodalEncoder(nn.Module):
         return self.features(obs, predict=False)[0]
 
     def estimator_modules(self) -> dict[str, nn.Module]:
-        """The task-state estimator (keypoint CNN and head) by attribute name; empty when there is none."""
+        """The task-state estimator (keypoint CNN, and the learned estimator's head) by attribute name; empty when
+        there is none."""
         if not self.estimates_task_state:
             return {}
-        return {"keypoints": self.keypoints, "aux_task_state": self.aux_task_state}
+        return {"keypoints": self.keypoints} | ({} if self.calibrated else {"aux_task_state": self.aux_task_state})
 
     def estimator_parameters(self) -> list[nn.Parameter]:
         """The task-state estimator's weights: what staged BC trains first."""
         return [param for module in self.estimator_modules().values() for param in module.parameters()]
 
-    def estimate_task_state(self, images: list[torch.Tensor]) -> torch.Tensor:
-        """Normalized camera images -> the block and goal xy [B, 4] in workspace units ([-1, 1])."""
-        return self.aux_task_state(torch.cat([self.keypoints(x) for x in images], dim=-1))
+    def estimate_task_state(self, images: list[torch.Tensor], projection: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalized camera images (and, calibrated, each camera's projection [B, cameras, 3, 4]) -> the block
+        and goal xy [B, 4] in metres."""
+        if not self.calibrated:
+            return self.to_metres(self.aux_task_state(torch.cat([self.keypoints(x) for x in images], dim=-1)))
+        if projection is None:
+            raise ConfigError("this policy's estimator is calibrated: the observation needs camera_projection")
+        points = [  # [B, 2 points, 3] per camera: each pixel on the plane at its point's height
+            table_point(projection[:, i].float(), self.pixels(x), self.point_heights) for i, x in enumerate(images)
+        ]
+        return torch.stack(points).mean(0)[..., :2].flatten(1)  # the cameras' mean; block xy, goal xy
+
+    def pixels(self, image: torch.Tensor) -> torch.Tensor:
+        """The calibrated estimator's keypoints as pixels [B, 2 points, 2] (u, v; pixel centres at integers)."""
+        keypoints = self.keypoints(image).view(image.shape[0], 2, len(ESTIMATED_POINTS)).transpose(1, 2)
+        size = torch.tensor([image.shape[-1] - 1, image.shape[-2] - 1], dtype=keypoints.dtype, device=image.device)
+        return (keypoints + 1) / 2 * size
+
+    def estimator_loss(self, images: list[torch.Tensor], truth: torch.Tensor, projection: torch.Tensor | None):
+        """Stage one's loss on true block and goal xy [B, 4] (metres). Learned: MSE in workspace units.
+        Calibrated: MSE, in keypoint units ([-1, 1] over the image), of each keypoint against its point projected
+        through that camera (the pixel the back-projection needs, so nothing about the camera is learnt)."""
+        if not self.calibrated:
+            prediction = self.aux_task_state(torch.cat([self.keypoints(x) for x in images], dim=-1))
+            return nn.functional.mse_loss(prediction.float(), self.to_workspace_units(truth))
+        points = torch.cat([truth.view(-1, 2, 2), self.point_heights.view(1, 2, 1).expand(truth.shape[0], 2, 1)], -1)
+        loss = 0.0
+        for i, x in enumerate(images):
+            size = torch.tensor([x.shape[-1] - 1, x.shape[-2] - 1], dtype=torch.float32, device=x.device)
+            target = 2 * project_points(projection[:, i].float(), points) / size - 1
+            loss = loss + nn.functional.mse_loss(2 * self.pixels(x).float() / size - 1, target)
+        return loss / len(images)
 
     def features(self, obs: dict, predict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The global representation [B, dim], and the auxiliary block/goal-xy prediction [B, 4] in workspace
@@ -201,8 +274,9 @@ class MultimodalEncoder(nn.Module):
             if given_estimate is not None:
                 estimate = given_estimate
             else:
-                prediction = self.estimate_task_state(images)
-                estimate = self.to_metres(prediction.detach())
+                estimate = self.estimate_task_state(images, obs.get("camera_projection"))
+                prediction = self.to_workspace_units(estimate)  # the auxiliary loss's units (joint training)
+                estimate = estimate.detach()
             state = torch.cat([state[..., :JOINT_STATE_DIM], estimate.to(state.dtype)], dim=-1)
         if cfg.use_text:
             # pre-encoded instructions (the traced inference graph takes tensors only), or the strings

@@ -10,9 +10,17 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-# task_state_estimate: a camera-free stand-in for a staged vision policy's estimator (sim/estimated_state.py)
-TENSOR_KEYS = ("proprio", "goals", "image_top", "image_side", "task_state_estimate")
-SINGLE_NDIM = {"proprio": 1, "goals": 2, "image_top": 3, "image_side": 3, "task_state_estimate": 1}
+# task_state_estimate: a camera-free stand-in for a staged vision policy's estimator (sim/estimated_state.py);
+# camera_projection: each camera's calibration as a world -> pixel projection [cameras, 3, 4] (calibration.py)
+TENSOR_KEYS = ("proprio", "goals", "image_top", "image_side", "task_state_estimate", "camera_projection")
+SINGLE_NDIM = {
+    "proprio": 1, "goals": 2, "image_top": 3, "image_side": 3, "task_state_estimate": 1, "camera_projection": 3,
+}  # fmt: skip
+
+
+def is_camera_input(key: str) -> bool:
+    """An observation key that only the cameras' side of a policy reads (images and their calibration)."""
+    return key.startswith("image_") or key == "camera_projection"
 
 
 def obs_to_torch(obs: dict, device: str | torch.device) -> dict:

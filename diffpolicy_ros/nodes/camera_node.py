@@ -5,35 +5,65 @@ Input is an image topic (sim_bridge or any ROS camera driver) or an OpenCV captu
 image_transport offers on ``<topic>/compressed``), or ``auto`` (compressed when the topic ends in
 ``/compressed``). Frames are converted to rgb8, centre-cropped to the configured aspect (optional) and resized.
 Malformed or corrupt frames are counted and dropped with a throttled warning; the node keeps running.
+
+Calibration: the driver's CameraInfo (``camera_info_topic``, default beside the image topic as image_transport
+pairs them) is republished for the model-size image on ``/policy/camera/<name>/camera_info``, K cropped and
+resized with the frames (what a calibrated estimator back-projects through); ``camera_poses`` (a camera-poses
+file, a hand-eye calibration) publishes this camera's optical-frame pose, latched, on
+``/cameras/<name>/optical_pose`` (the sim bridge publishes the sim's own there).
 """
 
 from __future__ import annotations
 
 import cv2
+from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
-from diffpolicy_ros.contract import IMAGE_SIZE, policy_camera_topic, raw_camera_topic
-from diffpolicy_ros.messages.conversions import MessageError, image_to_rgb, is_compressed_topic, numpy_to_image
+from diffpolicy_ros.calibration import load_camera_poses, model_intrinsics
+from diffpolicy_ros.contract import (
+    IMAGE_SIZE,
+    camera_pose_topic,
+    paired_camera_info_topic,
+    policy_camera_info_topic,
+    policy_camera_topic,
+    raw_camera_topic,
+)
+from diffpolicy_ros.messages.conversions import (
+    MessageError,
+    camera_info,
+    camera_pose,
+    image_to_rgb,
+    info_intrinsics,
+    is_compressed_topic,
+    numpy_to_image,
+)
 from diffpolicy_ros.messages.observation import prepare_image
 from diffpolicy_ros.nodes.common import (
+    LATCHED_QOS,
     SENSOR_QOS,
     WARN_THROTTLE_S,
     ParameterError,
+    file_parameter,
     flag,
     parameter,
     positive,
     run_node,
 )
+from diffpolicy_ros.user_files import CAMERA_POSES
 
 TRANSPORTS = ("auto", "raw", "compressed")
 
 
 class CameraNode(Node):
+    FILE_PARAMETERS = {"camera_poses": CAMERA_POSES}
+
     def __init__(self):
         super().__init__("camera_node")
         self.declare_parameter("camera_name", "top")
         self.declare_parameter("input_topic", "")  # default /cameras/<name>/image_raw
+        self.declare_parameter("camera_info_topic", "")  # default: beside input_topic (image_transport's pairing)
+        _, poses = file_parameter(self, "camera_poses", "a hand-eye calibration of the cameras", load_camera_poses)
         self.declare_parameter("device", "")  # OpenCV device index or URL; overrides input_topic
         device_rate_hz = parameter(self, "device_rate_hz", 30.0, positive, "must be > 0")
         self.size = parameter(self, "image_size", IMAGE_SIZE, positive, "must be > 0 (px)")
@@ -54,6 +84,12 @@ class CameraNode(Node):
             transport = parameter(self, "transport", "auto", lambda v: v in TRANSPORTS, f"one of {TRANSPORTS}")
             compressed = transport == "compressed" or (transport == "auto" and is_compressed_topic(topic))
             self.create_subscription(CompressedImage if compressed else Image, topic, self.on_image, SENSOR_QOS)
+            info_topic = self.get_parameter("camera_info_topic").value or paired_camera_info_topic(topic)
+            self.create_subscription(CameraInfo, info_topic, self.on_camera_info, SENSOR_QOS)
+        self.pub_info = self.create_publisher(CameraInfo, policy_camera_info_topic(name), SENSOR_QOS)
+        if poses:
+            self.pub_pose = self.create_publisher(PoseStamped, camera_pose_topic(name), LATCHED_QOS)
+            self.pub_pose.publish(camera_pose(poses[name], self.get_clock().now().to_msg()))
         self.dropped = 0
 
     def on_image(self, msg: Image) -> None:
@@ -65,6 +101,16 @@ class CameraNode(Node):
             log.warn(f"dropping frame ({self.dropped} so far): {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
         self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), msg.header.stamp, self.frame_id))
+
+    def on_camera_info(self, msg: CameraInfo) -> None:
+        """The driver's calibration -> the model image's (K cropped and resized as the frames are)."""
+        try:
+            k, width, height = info_intrinsics(msg)
+        except MessageError as exc:
+            self.get_logger().warn(f"dropping camera_info: {exc}", throttle_duration_sec=WARN_THROTTLE_S)
+            return
+        k = model_intrinsics(k, width, height, self.size, self.crop)
+        self.pub_info.publish(camera_info(k, self.size, self.size, msg.header.stamp, self.frame_id))
 
     def on_capture(self) -> None:
         ok, bgr = self.capture.read()

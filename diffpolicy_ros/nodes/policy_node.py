@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 from visualization_msgs.msg import MarkerArray
@@ -113,7 +113,7 @@ class PolicyNode(Node):
         self.lock = threading.Lock()
         self.cache = ObservationCache()  # the newest valid sample of each input
         self.predictor: ChunkPredictor | None = None
-        self.need_images, self.need_task_state = False, True
+        self.need_images, self.need_task_state, self.need_calibration = False, True, False
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         # checkpoints load in a daemon thread: a first load can build the native kernel for a minute, and a stop
         # must not wait for it (a ThreadPoolExecutor's threads are joined at exit)
@@ -138,6 +138,9 @@ class PolicyNode(Node):
         for cam in CAMERAS:
             topic = C.policy_camera_topic(cam)
             self.create_subscription(Image, topic, lambda m, c=cam: self.on_image(c, m), SENSOR_QOS)
+            info, pose = C.policy_camera_info_topic(cam), C.camera_pose_topic(cam)  # a calibrated estimator's
+            self.create_subscription(CameraInfo, info, lambda m, c=cam: self.on_calibration(c, m), SENSOR_QOS)
+            self.create_subscription(PoseStamped, pose, lambda m, c=cam: self.on_calibration(c, m), LATCHED_QOS)
         self.create_subscription(JointState, C.POLICY_JOINT_STATES_TOPIC, self.on_joints, SENSOR_QOS)
         self.create_subscription(PoseStamped, C.OBJECT_POSE_TOPIC, lambda m: self.on_pose("object", m), SENSOR_QOS)
         self.create_subscription(PoseStamped, C.GOAL_POSE_TOPIC, lambda m: self.on_pose("goal", m), SENSOR_QOS)
@@ -160,6 +163,14 @@ class PolicyNode(Node):
     def on_image(self, cam: str, msg: Image) -> None:
         with self.lock:
             reason = self.cache.on_image(cam, msg)
+        self.log_dropped(reason)
+
+    def on_calibration(self, cam: str, msg: CameraInfo | PoseStamped) -> None:
+        with self.lock:
+            if isinstance(msg, CameraInfo):
+                reason = self.cache.on_camera_info(cam, msg)
+            else:
+                reason = self.cache.on_camera_pose(cam, msg)
         self.log_dropped(reason)
 
     def on_joints(self, msg: JointState) -> None:
@@ -218,7 +229,8 @@ class PolicyNode(Node):
             if self.closing.is_set():
                 return
             predictor = ChunkPredictor(policy, self.device, ddim_steps=self.ddim_steps or None)
-            predictor.warm_up(example_observation(bool(policy.config.fusion.use_images)))  # trace off the control path
+            calibrated = bool(getattr(policy.encoder, "calibrated", False))
+            predictor.warm_up(example_observation(bool(policy.config.fusion.use_images), calibrated))  # off the tick
         except (CheckpointError, ValueError, OSError, RuntimeError) as exc:
             self.stats["failed_reloads"] += 1
             kept = "keeping the running policy" if self.predictor is not None else "NO POLICY: the arm stays still"
@@ -231,6 +243,7 @@ class PolicyNode(Node):
             return
         with self.lock:
             self.predictor, self.need_images, self.need_task_state = predictor, need_images, need_task_state
+            self.need_calibration = calibrated
         self.problem = ""
         self.stats["reloads"] += 1
         with quiet_on_stop(self):
@@ -242,7 +255,7 @@ class PolicyNode(Node):
     def tick(self) -> None:
         with self.lock:
             predictor, latest = self.predictor, dict(self.cache.latest)
-            need_images, need_task_state = self.need_images, self.need_task_state
+            needs = (self.need_images, self.need_task_state, self.need_calibration)
         if predictor is None:  # expected while loading or waiting for the trainer: said once, then every 30 s
             self.say_waiting(("no policy", self.problem), f"no policy yet: {self.problem}")
             return
@@ -251,7 +264,7 @@ class PolicyNode(Node):
             return
         now = self.get_clock().now().nanoseconds * 1e-9
         try:
-            obs, stamp = assemble_observation(latest, now, self.max_age, need_images, need_task_state)
+            obs, stamp = assemble_observation(latest, now, self.max_age, *needs)
         except MissingInputs as exc:  # not yet seen: said once (and when it changes), then every 30 s
             self.stats["refused_obs"] += 1
             self.say_waiting(exc.missing, f"no chunk yet: {exc}")

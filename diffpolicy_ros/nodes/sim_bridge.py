@@ -96,6 +96,7 @@ class SimBridge(Node):
         types = {
             **{C.raw_camera_topic(c): (Image, 5) for c in CAMERAS},
             **{C.camera_info_topic(c): (CameraInfo, 5) for c in CAMERAS},
+            **{C.camera_pose_topic(c): (PoseStamped, LATCHED_QOS) for c in CAMERAS},  # a mount: latched
             C.JOINT_STATES_TOPIC: (JointState, 10),
             C.EE_POSE_TOPIC: (PoseStamped, 10),
             C.OBJECT_POSE_TOPIC: (PoseStamped, 10),

@@ -43,7 +43,7 @@ from diffpolicy_ros.models.checkpoint import (
     save_checkpoint,
 )
 from diffpolicy_ros.models.factory import PolicySpec, build_policy, policy_spec, spec_dict
-from diffpolicy_ros.models.obs import index_obs, obs_to_torch
+from diffpolicy_ros.models.obs import index_obs, is_camera_input, obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 from diffpolicy_ros.rl.estimator import copy_estimator, train_estimator, true_task_state
@@ -203,7 +203,7 @@ def _train_bc(
     horizon = spec.active().horizon
     targets = chunk_targets(dataset, horizon)
     actor_reads_images = obs_mode == "image" and not staged
-    obs_np = {k: v for k, v in dataset.obs.items() if actor_reads_images or not k.startswith("image_")}
+    obs_np = {k: v for k, v in dataset.obs.items() if actor_reads_images or not is_camera_input(k)}
     obs_np["instruction"] = step_instructions(dataset)
 
     # -- model, normalizers (fitted on the data, stored as buffers in the model) ------------------

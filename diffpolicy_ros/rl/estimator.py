@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import CAMERAS, TASK_STATE_SLICE
-from diffpolicy_ros.data.augmentation import random_shift
+from diffpolicy_ros.data.augmentation import random_shift_with_offsets, shifted_projection
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_policy
 from diffpolicy_ros.models.encoders import normalized_images
@@ -68,10 +68,10 @@ def train_estimator(
     are averaged: the global batch is ``batch_size``."""
     start = time.perf_counter()
     frames = {cam: torch.from_numpy(dataset.obs[f"image_{cam}"]) for cam in CAMERAS}  # uint8, decoded once
+    projections = camera_projections(encoder, dataset)
     truth = torch.from_numpy(true_task_state(dataset.obs["proprio"])).float()
     train_idx, held_idx = held_out_steps(dataset, holdout)
     own_idx, batch_size = distributed.shard(dist, train_idx), distributed.rank_batch(dist, batch_size)
-    target = encoder.to_workspace_units(truth.to(device))  # as the head predicts
 
     params = encoder.estimator_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-6)
@@ -82,9 +82,14 @@ def train_estimator(
     bar = tqdm(range(iters), desc="estimator", unit="it", disable=not progress)
     for _ in bar:
         idx = torch.from_numpy(own_idx[rng.integers(0, len(own_idx), batch_size)])
-        images = {cam: random_shift(frames[cam][idx], image_shift, gen).to(device) for cam in CAMERAS}
-        prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
-        loss = torch.nn.functional.mse_loss(prediction.float(), target[idx.to(target.device)])
+        images, projection = {}, []
+        for i, cam in enumerate(CAMERAS):
+            images[cam], offsets = random_shift_with_offsets(frames[cam][idx], image_shift, gen)
+            if projections is not None:  # the pixels the labels project to move with the image
+                projection.append(shifted_projection(projections[idx, i], offsets))
+        images = normalized_images({cam: x.to(device) for cam, x in images.items()}, CAMERAS)
+        projection = torch.stack(projection, dim=1).to(device) if projection else None
+        loss = encoder.estimator_loss(images, truth[idx].to(device), projection)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         losses.append(distributed.average_gradients(dist, params, loss))
@@ -94,7 +99,7 @@ def train_estimator(
         if len(losses) % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.5f}")
 
-    residuals = estimate(encoder, frames, held_idx, device) - truth[held_idx].numpy()
+    residuals = estimate(encoder, frames, projections, held_idx, device) - truth[held_idx].numpy()
     block_mm = 1000 * np.linalg.norm(residuals[:, :2], axis=1)
     goal_mm = 1000 * np.linalg.norm(residuals[:, 2:], axis=1)
     summary = {
@@ -110,16 +115,30 @@ def train_estimator(
     return EstimatorResult(residuals.astype(np.float32), summary)
 
 
+def camera_projections(encoder: MultimodalEncoder, dataset: EpisodeDataset) -> torch.Tensor | None:
+    """Each step's camera projections [T, cameras, 3, 4] for a calibrated estimator (None for a learned one)."""
+    if not encoder.calibrated:
+        return None
+    if "camera_projection" not in dataset.obs:
+        raise ConfigError(
+            "fusion.task_state_estimator calibrated: this dataset has no camera_projection (record it with "
+            "`diffpolicy demo --images`, which stores each episode's camera calibration)"
+        )
+    return torch.from_numpy(np.asarray(dataset.obs["camera_projection"], dtype=np.float32))
+
+
 @torch.no_grad()
-def estimate(encoder: MultimodalEncoder, frames: dict, steps: np.ndarray, device, batch: int = 256) -> np.ndarray:
+def estimate(
+    encoder: MultimodalEncoder, frames: dict, projections, steps: np.ndarray, device, batch: int = 256
+) -> np.ndarray:
     """The estimator's block and goal xy (metres) [N, 4] on the given steps' frames."""
     encoder.eval()
     out = []
     for i in range(0, len(steps), batch):
         idx = torch.from_numpy(steps[i : i + batch])
-        images = {cam: frames[cam][idx].to(device) for cam in CAMERAS}
-        prediction = encoder.estimate_task_state(normalized_images(images, CAMERAS))
-        out.append(encoder.to_metres(prediction.float()).cpu().numpy())
+        images = normalized_images({cam: frames[cam][idx].to(device) for cam in CAMERAS}, CAMERAS)
+        projection = None if projections is None else projections[idx].to(device)
+        out.append(encoder.estimate_task_state(images, projection).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 4), np.float32)
 
 

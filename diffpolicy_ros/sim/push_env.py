@@ -11,7 +11,8 @@ control step and tracked by damped-least-squares differential IK feeding integra
 (tool kept pointing down, workspace box clipped so the pusher never goes through the table).
 
 Observation (dict): ``proprio`` float32[16] = 6 joint angles, 6 joint velocities, block xy, goal xy;
-``instruction`` str; with ``obs_mode='image'`` also ``image_top`` and ``image_side`` uint8[128,128,3].
+``instruction`` str; with ``obs_mode='image'`` also ``image_top`` and ``image_side`` uint8[128,128,3] and
+``camera_projection`` float32[2,3,4] (each camera's world -> pixel projection, exact: ``calibration.py``).
 The two-goal variant adds ``goals`` float32[2,2] (red xy, blue xy) and its proprio goal slots hold the
 midpoint of the two goals, so only the instruction says which goal counts.
 """
@@ -28,6 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from diffpolicy_ros.assets import sim_asset
+from diffpolicy_ros.calibration import CameraCalibration, mujoco_calibration
 from diffpolicy_ros.contract import (
     ARM_JOINTS,
     CAMERAS,
@@ -149,9 +151,12 @@ class PushEnv(gym.Env):
         if cfg.obs_mode == "image":
             for cam in CAMERAS:
                 obs_spaces[f"image_{cam}"] = spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
+            obs_spaces["camera_projection"] = spaces.Box(-np.inf, np.inf, (len(CAMERAS), 3, 4), np.float32)
         self.observation_space = spaces.Dict(obs_spaces)
 
         self._renderer: Renderer | None = None  # created on first use, in the process that renders
+        self.camera_calibrations: dict[str, CameraCalibration] = {}  # this episode's, exact (set at reset)
+        self._projection = np.zeros((len(CAMERAS), 3, 4), np.float32)
         self._p_ref = np.zeros(3)
         self._rot_ref = _TOOL_DOWN.copy()
         self._goals = np.zeros((len(goal_bodies), 2))
@@ -194,6 +199,9 @@ class PushEnv(gym.Env):
         if not self.ik.solve_pose(d, self._qpos_ids, start, _TOOL_DOWN):
             raise RuntimeError(f"start pose {start} is out of reach")
         mujoco.mj_forward(m, d)
+        size = cfg.image_size
+        self.camera_calibrations = {cam: mujoco_calibration(m, d, cam, size, size) for cam in CAMERAS}
+        self._projection = np.stack([self.camera_calibrations[c].projection(size) for c in CAMERAS]).astype(np.float32)
 
         self._p_ref = d.site_xpos[self._tip].copy()
         self._rot_ref = _TOOL_DOWN.copy()
@@ -389,6 +397,7 @@ class PushEnv(gym.Env):
             for cam in CAMERAS:
                 image = self.render_camera(cam)
                 obs[f"image_{cam}"] = image if self._cell is None else degrade_image(image, self._cell, self._image_rng)
+            obs["camera_projection"] = self._projection.copy()  # what a calibrated estimator back-projects through
         return obs
 
     def _info(self, success: bool, off_table: bool = False) -> dict:

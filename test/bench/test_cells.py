@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diffpolicy_ros.bench.cells import edge_conditions
+from diffpolicy_ros.bench.cells import RECALIBRATED, edge_conditions
 from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
 from diffpolicy_ros.sim.cell import load_cell_ranges
 
@@ -31,8 +31,8 @@ def test_bench_cells_measures_each_condition_on_the_same_held_out_scenes(run_cli
                   "3", "--out", tmp_path / "out", timeout=600)  # fmt: skip
     conditions = [row["condition"] for row in out["conditions"]]
     assert conditions == ["nominal", "cameras.top.shift_m = 0.02", "physics.block_mass = 0.5",
-                          "physics.block_mass = 2", "sampled cells (all factors)"]  # fmt: skip
-    assert [row["episodes"] for row in out["conditions"]] == [2, 2, 2, 2, 3]
+                          "physics.block_mass = 2", RECALIBRATED[0], "sampled cells (all factors)"]  # fmt: skip
+    assert [row["episodes"] for row in out["conditions"]] == [2, 2, 2, 2, 2, 3]
     for row in out["conditions"]:
         assert row["success_ci95"][0] <= row["success_rate"] <= row["success_ci95"][1]
     assert out["seed"] == 10000 and out["obs_mode"] == "image" and out["cells_file"] == str(cells)

@@ -15,7 +15,7 @@ def test_recorded_dataset_round_trips(tmp_path):
     summary, recorded = run_demos("push", episodes=3, seed=5, obs_mode="image", out=path, progress=False)
     loaded = EpisodeDataset.load(path)
     assert loaded.n_episodes == 3 and loaded.n_steps == recorded.n_steps
-    assert set(loaded.obs) == {"proprio", "image_top", "image_side"}
+    assert set(loaded.obs) == {"proprio", "image_top", "image_side", "camera_projection"}
     assert loaded.obs["image_top"].dtype == np.uint8 and loaded.obs["image_top"].shape[1:] == (128, 128, 3)
     np.testing.assert_array_equal(loaded.action, recorded.action)
     np.testing.assert_array_equal(loaded.obs["proprio"], recorded.obs["proprio"])

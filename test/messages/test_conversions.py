@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builtin_interfaces.msg import Time
 from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
 
 from diffpolicy_ros.messages.conversions import (
     MessageError,
     chunk_to_trajectory,
     image_to_rgb,
     joint_state_vectors,
+    make_joint_state,
     numpy_to_image,
     sec_to_stamp,
     stamp_to_sec,
@@ -127,3 +130,35 @@ def test_instruction_checks():
     assert check_instruction("push the block to the red target") is None
     assert check_instruction("   ") is not None
     assert check_instruction("x" * 1000) is not None
+
+
+def test_the_live_calibration_gives_the_policy_the_projection_the_env_gives_it():
+    """The sim's CameraInfo and optical-frame pose (what sim_bridge publishes; camera_node passes a model-size
+    CameraInfo on unchanged) through the policy node's cache: the observation's ``camera_projection`` is the env's,
+    in a cell whose cameras moved; without them the policy waits, naming the topics."""
+    from diffpolicy_ros import contract as C
+    from diffpolicy_ros.messages.observation import MissingInputs, ObservationCache
+    from diffpolicy_ros.messages.sim_messages import step_messages
+    from diffpolicy_ros.sim.cell import CellRanges
+    from diffpolicy_ros.sim.push_env import PushEnv
+
+    moved = CellRanges().with_factors({"cameras.top.shift_m": (0.03, 0.03), "cameras.side.turn_deg": (4, 4)})
+    env = PushEnv(obs_mode="image", cells=moved)
+    try:
+        obs, _ = env.reset(seed=3)
+        messages = dict(step_messages(env, obs, Time(sec=1), C.WORLD_FRAME, images=True, task_state=False))
+    finally:
+        env.close()
+    cache = ObservationCache()
+    cache.on_joints(make_joint_state(C.ARM_JOINTS, np.zeros(6), np.zeros(6), Time(sec=1)))
+    cache.on_instruction(String(data=C.DEFAULT_INSTRUCTION))
+    with pytest.raises(MissingInputs, match="optical_pose"):
+        assemble_observation(cache.latest, 1.0, 0.3, False, False, need_calibration=True)
+    for cam in C.CAMERAS:
+        assert cache.on_camera_info(cam, messages[C.camera_info_topic(cam)]) == ""
+        assert cache.on_camera_pose(cam, messages[C.camera_pose_topic(cam)]) == ""
+    live, _ = assemble_observation(cache.latest, 1.0, 0.3, False, False, need_calibration=True)
+    np.testing.assert_allclose(live["camera_projection"], obs["camera_projection"], rtol=1e-5, atol=1e-4)
+    bad = messages[C.camera_info_topic("top")]
+    bad.k = [0.0] * 9  # an uncalibrated driver's
+    assert "not a calibration" in cache.on_camera_info("top", bad)

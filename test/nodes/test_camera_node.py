@@ -1,0 +1,68 @@
+"""camera_node's calibration, across processes: a driver's CameraInfo comes out as the model image's (K cropped
+and resized as the frames are) and a camera-poses file becomes the camera's latched optical-frame pose, so a policy
+node that subscribes later still gets it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.quick
+def test_camera_node_publishes_the_model_images_camera_info_and_the_calibrated_pose(spin_until):
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.node import Node
+    from sensor_msgs.msg import CameraInfo
+
+    from diffpolicy_ros import contract as C
+    from diffpolicy_ros.calibration import load_camera_poses, model_intrinsics
+    from diffpolicy_ros.messages.conversions import camera_info
+    from diffpolicy_ros.nodes.common import LATCHED_QOS, SENSOR_QOS
+
+    poses = REPO / "config" / "cells" / "sim_camera_poses.yaml"
+    params = ["-p", "camera_name:=side", "-p", f"camera_poses:={poses}"]
+    node_proc = subprocess.Popen(
+        [sys.executable, "-m", "diffpolicy_ros.nodes.camera_node", "--ros-args", *params],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    rclpy.init()
+    probe = Node("camera_calibration_probe")
+    infos, seen_poses = [], []
+    try:
+        probe.create_subscription(CameraInfo, C.policy_camera_info_topic("side"), infos.append, SENSOR_QOS)
+        driver = probe.create_publisher(CameraInfo, C.camera_info_topic("side"), SENSOR_QOS)
+        k = [610.0, 0.0, 322.0, 0.0, 612.0, 244.0, 0.0, 0.0, 1.0]  # a 640x480 driver's calibration
+        stamp = probe.get_clock().now().to_msg()
+        message = camera_info(k, 640, 480, stamp, "side_camera_optical")
+
+        def publish_and_check() -> bool:
+            driver.publish(message)
+            return bool(infos)
+
+        assert spin_until(probe, publish_and_check, 60), node_proc.stderr.read() if node_proc.poll() else "no info"
+        info = infos[-1]
+        assert (info.width, info.height) == (C.IMAGE_SIZE, C.IMAGE_SIZE)
+        np.testing.assert_allclose(np.reshape(info.k, (3, 3)), model_intrinsics(k, 640, 480, C.IMAGE_SIZE, True))
+
+        # a late subscriber gets the pose (latched), as the file gives it
+        probe.create_subscription(PoseStamped, C.camera_pose_topic("side"), seen_poses.append, LATCHED_QOS)
+        assert spin_until(probe, lambda: bool(seen_poses), 30)
+        expected = load_camera_poses(poses)["side"]
+        got = seen_poses[-1].pose
+        np.testing.assert_allclose([got.position.x, got.position.y, got.position.z], expected.position)
+        q = got.orientation
+        np.testing.assert_allclose([q.x, q.y, q.z, q.w], expected.orientation)
+        assert seen_poses[-1].header.frame_id == expected.frame_id
+    finally:
+        probe.destroy_node()
+        rclpy.try_shutdown()
+        node_proc.terminate()
+        node_proc.wait(timeout=20)
+    assert node_proc.returncode == 0
