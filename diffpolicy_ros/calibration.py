@@ -21,7 +21,7 @@ import numpy as np
 
 from diffpolicy_ros.config import ConfigError, read_yaml_mapping
 from diffpolicy_ros.contract import CAMERAS, WORLD_FRAME
-from diffpolicy_ros.user_files import CAMERA_POSES
+from diffpolicy_ros.user_files import CAMERA_CALIBRATION
 
 # Heights (world z, m) at which the estimator back-projects: the block's centre (the MJCF block is 4 cm tall,
 # resting on the table at z = 0) and the goal marker's (on the table).
@@ -126,12 +126,39 @@ def project(projection: np.ndarray, points: np.ndarray) -> np.ndarray:
     return homogeneous[..., :2] / homogeneous[..., 2:]
 
 
-def load_camera_poses(path: str | Path) -> dict[str, CameraPose]:
-    """A camera-poses file (``config/cells/sim_camera_poses.yaml``): ``frame_id`` (default the world frame) and,
-    for every camera, ``position: [x, y, z]`` (m) and ``orientation: [x, y, z, w]`` of its optical frame. Every
+@dataclass(frozen=True)
+class CameraEntry:
+    """One camera of a camera calibration file: its pose, and its lens where the file gives one (else the
+    driver's CameraInfo is used): (K, width, height)."""
+
+    pose: CameraPose
+    intrinsics: tuple[tuple[float, ...], int, int] | None = None
+
+
+def _numbers(value, n: int, key: str) -> tuple[float, ...]:
+    numbers = isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    if not numbers or len(value) != n or not np.all(np.isfinite(value)):
+        raise ConfigError(f"{key} = {value!r}: expected {n} finite numbers")
+    return tuple(float(x) for x in value)
+
+
+def _intrinsics(info, key: str) -> tuple[tuple[float, ...], int, int]:
+    if not isinstance(info, dict) or set(info) != {"k", "width", "height"}:
+        raise ConfigError(f"{key}: expected exactly k: [9 numbers, CameraInfo's K], width and height (px)")
+    k = _numbers(info["k"], 9, f"{key}.k")
+    size = [info[name] for name in ("width", "height")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size) or k[0] <= 0 or k[4] <= 0:
+        raise ConfigError(f"{key}: width {size[0]!r}, height {size[1]!r}, fx {k[0]}, fy {k[4]}: expected all > 0")
+    return k, size[0], size[1]
+
+
+def load_camera_calibration(path: str | Path) -> dict[str, CameraEntry]:
+    """A camera calibration file (``config/cells/sim_cameras.yaml``): ``frame_id`` (default the world frame) and,
+    for every camera, ``position: [x, y, z]`` (m) and ``orientation: [x, y, z, w]`` of its optical frame, and
+    optionally ``camera_info: {k, width, height}`` (for a camera whose driver publishes no CameraInfo). Every
     mistake is one line naming the file and the key."""
-    label = f"{CAMERA_POSES.name} {path}"
-    data = read_yaml_mapping(path, CAMERA_POSES)
+    label = f"{CAMERA_CALIBRATION.name} {path}"
+    data = read_yaml_mapping(path, CAMERA_CALIBRATION)
     unknown = set(data) - {"frame_id", "cameras"}
     if unknown:
         raise ConfigError(f"{label}: unknown key(s) {sorted(unknown)}; valid: ['cameras', 'frame_id']")
@@ -141,21 +168,21 @@ def load_camera_poses(path: str | Path) -> dict[str, CameraPose]:
         raise ConfigError(f"{label}: frame_id = {frame!r}: expected a frame name ({WORLD_FRAME!r}: the arm's base)")
     if not isinstance(cameras, dict) or set(cameras) != set(CAMERAS):
         got = sorted(cameras) if isinstance(cameras, dict) else cameras
-        raise ConfigError(f"{label}: cameras must map each of {list(CAMERAS)} to its pose, got {got!r}")
-    poses = {}
+        raise ConfigError(f"{label}: cameras must map each of {list(CAMERAS)} to its calibration, got {got!r}")
+    entries = {}
     for cam, entry in cameras.items():
         key = f"{label}: cameras.{cam}"
-        if not isinstance(entry, dict) or set(entry) != {"position", "orientation"}:
-            raise ConfigError(f"{key}: expected exactly position: [x, y, z] and orientation: [x, y, z, w]")
-        values = {}
-        for name, n in (("position", 3), ("orientation", 4)):
-            v = entry[name]
-            numbers = isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-            if not numbers or len(v) != n or not np.all(np.isfinite(v)):
-                raise ConfigError(f"{key}.{name} = {v!r}: expected {n} finite numbers")
-            values[name] = tuple(float(x) for x in v)
-        norm = float(np.linalg.norm(values["orientation"]))
+        if not isinstance(entry, dict) or not {"position", "orientation"} <= set(entry) <= CAMERA_KEYS:
+            raise ConfigError(f"{key}: expected position: [x, y, z], orientation: [x, y, z, w] and optionally "
+                              "camera_info: {k, width, height}")  # fmt: skip
+        position = _numbers(entry["position"], 3, f"{key}.position")
+        orientation = _numbers(entry["orientation"], 4, f"{key}.orientation")
+        norm = float(np.linalg.norm(orientation))
         if abs(norm - 1) > 1e-3:
             raise ConfigError(f"{key}.orientation: a unit quaternion [x, y, z, w] (its norm is {norm:.4g})")
-        poses[cam] = CameraPose(values["position"], values["orientation"], frame)
-    return poses
+        info = _intrinsics(entry["camera_info"], f"{key}.camera_info") if "camera_info" in entry else None
+        entries[cam] = CameraEntry(CameraPose(position, orientation, frame), info)
+    return entries
+
+
+CAMERA_KEYS = {"position", "orientation", "camera_info"}

@@ -14,7 +14,7 @@ from diffpolicy_ros.calibration import (
     GOAL_Z,
     CameraCalibration,
     CameraPose,
-    load_camera_poses,
+    load_camera_calibration,
     matrix_quaternion,
     model_intrinsics,
     project,
@@ -63,13 +63,14 @@ def test_the_sims_calibration_puts_the_block_and_the_goal_on_their_pixels_in_cam
         nominal.close()
 
 
-def test_the_shipped_sim_camera_poses_are_the_mjcf_cameras():
+def test_the_shipped_sim_camera_calibration_are_the_mjcf_cameras():
     from diffpolicy_ros.sim.push_env import PushEnv
 
     env = PushEnv(obs_mode="state")
     env.reset(seed=0)
-    for cam, pose in load_camera_poses(REPO / "config/cells/sim_camera_poses.yaml").items():
-        exact = env.camera_calibrations[cam].pose
+    for cam, entry in load_camera_calibration(REPO / "config/cells/sim_cameras.yaml").items():
+        exact, pose = env.camera_calibrations[cam].pose, entry.pose
+        assert entry.intrinsics is None  # the sim publishes its lens as a driver does
         np.testing.assert_allclose(pose.position, exact.position, atol=1e-6)
         np.testing.assert_allclose(quaternion_matrix(pose.orientation), quaternion_matrix(exact.orientation), atol=1e-5)
 
@@ -152,12 +153,18 @@ def test_a_random_shift_moves_the_projection_with_the_pixels():
         ("cameras:\n  top: {position: [0, 0, .nan], orientation: [1, 0, 0, 0]}\n"
          "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n", "cameras.top.position"),
         ("cameras:\n  top: {position: [0, 0, 1], orientation: [1, 0, 0, 0], fovy: 45}\n"
-         "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n", "cameras.top: expected exactly"),
+         "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n", "cameras.top: expected position"),
+        ("cameras:\n  top: {position: [0, 0, 1], orientation: [1, 0, 0, 0], camera_info: {k: [1, 0, 0], "
+         "width: 640, height: 480}}\n  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n",
+         "cameras.top.camera_info.k"),
+        ("cameras:\n  top: {position: [0, 0, 1], orientation: [1, 0, 0, 0], camera_info: {k: [600, 0, 320, 0, 600, "
+         "240, 0, 0, 1], width: 0, height: 480}}\n  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n",
+         "expected all > 0"),
     ],
 )  # fmt: skip
-def test_a_bad_camera_poses_file_is_one_line_naming_the_key(tmp_path, text, key):
+def test_a_bad_camera_calibration_file_is_one_line_naming_the_key(tmp_path, text, key):
     path = tmp_path / "poses.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=key) as caught:
-        load_camera_poses(path)
+        load_camera_calibration(path)
     assert "\n" not in str(caught.value) and str(path) in str(caught.value)

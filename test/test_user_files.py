@@ -100,12 +100,15 @@ WRONG: dict[str, list[tuple[str, Callable[[Path], Path]]]] = {
         ("low above high", _text("physics: {block_mass: [2.0, 0.5]}\n")),
         ("out of bounds", _text("cameras: {top: {turn_deg: [0, 90]}}\n")),
     ],
-    U.CAMERA_POSES.name: [
+    U.CAMERA_CALIBRATION.name: [
         ("unknown key", _text("frame: world\n")),
         ("a camera missing", _text("cameras: {top: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}}\n")),
         ("a short position", _text(
             "cameras:\n  top: {position: [0, 1], orientation: [1, 0, 0, 0]}\n"
             "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n")),
+        ("a lens without its size", _text(
+            "cameras:\n  top: {position: [0, 0, 1], orientation: [1, 0, 0, 0], camera_info: {k: [1, 0, 0, 0, 1, 0, "
+            "0, 0, 1]}}\n  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n")),
         ("not a unit quaternion", _text(
             "cameras:\n  top: {position: [0, 0, 1], orientation: [1, 1, 0, 0]}\n"
             "  side: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}\n")),
@@ -181,7 +184,7 @@ def good(tmp_path_factory) -> dict[str, Path]:
         U.BAG.name: tmp / "bag",
         U.RUN_DIR.name: run,
         U.CELL_FILE.name: REPO / "config/cells/train.yaml",
-        U.CAMERA_POSES.name: REPO / "config/cells/sim_camera_poses.yaml",
+        U.CAMERA_CALIBRATION.name: REPO / "config/cells/sim_cameras.yaml",
     }
 
 

@@ -64,8 +64,8 @@ INPUT_SOURCES = {
        for c in C.CAMERAS},
     **{f"camera_info_{c}": (C.policy_camera_info_topic(c), f"camera_node, from the {c} driver's CameraInfo")
        for c in C.CAMERAS},
-    **{f"camera_pose_{c}": (C.camera_pose_topic(c), "the sim bridge, or on a cell camera_node's camera_poses "
-       "(a hand-eye calibration: real_arm camera_poses:=FILE)") for c in C.CAMERAS},
+    **{f"camera_pose_{c}": (C.camera_pose_topic(c), "the sim bridge, or on a cell camera_node's camera_calibration "
+       "(a hand-eye calibration: real_arm camera_calibration:=FILE)") for c in C.CAMERAS},
 }  # fmt: skip
 CALIBRATION_PARTS = tuple(f"camera_{part}_{c}" for c in C.CAMERAS for part in ("info", "pose"))
 TASK_STATE_FIX = (

@@ -22,7 +22,7 @@ from diffpolicy_ros.rl.recipes import OBS_RECIPES, STARTS, WEAK_START
 from diffpolicy_ros.safety.deployment import Deployment, parse_latency_range
 from diffpolicy_ros.user_files import (
     BAG,
-    CAMERA_POSES,
+    CAMERA_CALIBRATION,
     CELL_FILE,
     DATASET,
     DEPLOYMENT,
@@ -108,9 +108,10 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "side_device": "",
         "top_topic": C.raw_camera_topic("top"),  # each camera driver's sensor_msgs/Image topic
         "side_topic": C.raw_camera_topic("side"),
-        # a camera-poses file (config/cells/sim_camera_poses.yaml): the cameras' hand-eye calibration, for a
-        # policy with a calibrated estimator (the lens: each driver's CameraInfo beside its image topic)
-        "camera_poses": "",
+        # a camera calibration file (config/cells/sim_cameras.yaml): the cameras' hand-eye calibration, for a
+        # policy with a calibrated estimator (the lens: each driver's CameraInfo beside its image topic, or the
+        # file's camera_info for a driver or device without one)
+        "camera_calibration": "",
         "joint_states_topic": C.JOINT_STATES_TOPIC,
         "joint_names": ",".join(C.ARM_JOINTS),  # the cell's names for the contract's six joints, in that order
         "ee_pose_topic": C.EE_POSE_TOPIC,  # geometry_msgs/PoseStamped of the tool in frame_id (the box check)
@@ -186,10 +187,10 @@ def _read_cells(path: str) -> None:
     load_cell_ranges(path)
 
 
-def _read_camera_poses(path: str) -> None:
-    from diffpolicy_ros.calibration import load_camera_poses
+def _read_camera_calibration(path: str) -> None:
+    from diffpolicy_ros.calibration import load_camera_calibration
 
-    load_camera_poses(path)
+    load_camera_calibration(path)
 
 
 def _path(value: str) -> str:
@@ -271,7 +272,7 @@ KINDS: dict[str, A.Kind] = {
     "topic_map": FileArgument(TOPIC_MAP, _read_topic_map),
     "ready_timeout_s": A.POSITIVE,
     "cells": FileArgument(CELL_FILE, _read_cells),
-    "camera_poses": FileArgument(CAMERA_POSES, _read_camera_poses),
+    "camera_calibration": FileArgument(CAMERA_CALIBRATION, _read_camera_calibration),
 }
 
 
@@ -442,10 +443,10 @@ def real_arm(a: dict) -> list[NodeSpec]:
         cam.parameters["input_topic"] = a[f"{cam_name}_topic"]
         if a[f"{cam_name}_device"]:  # a string: '0' is an OpenCV index, not an integer parameter
             cam.parameters["device"] = a[f"{cam_name}_device"]
-        if a["camera_poses"]:
+        if a["camera_calibration"]:
             if a["hil"]:
-                raise ArgumentError("argument camera_poses: not with hil:=true (the sim publishes its cameras' poses)")
-            cam.parameters["camera_poses"] = _path(a["camera_poses"])
+                raise ArgumentError("argument camera_calibration: not with hil:=true (the sim publishes its own)")
+            cam.parameters["camera_calibration"] = _path(a["camera_calibration"])
         cam.required = False  # a dead camera leaves the graph up: the filter stops the arm, diagnostics say why
     proprio = NodeSpec("proprio_node", "proprio_node", {"joint_names": a["joint_names"]})
     proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))

@@ -1,6 +1,6 @@
 """camera_node's calibration, across processes: a driver's CameraInfo comes out as the model image's (K cropped
-and resized as the frames are) and a camera-poses file becomes the camera's latched optical-frame pose, so a policy
-node that subscribes later still gets it."""
+and resized as the frames are) and a camera calibration file becomes the camera's latched optical-frame pose, so a
+policy node that subscribes later still gets it."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ def test_camera_node_publishes_the_model_images_camera_info_and_the_calibrated_p
     from sensor_msgs.msg import CameraInfo
 
     from diffpolicy_ros import contract as C
-    from diffpolicy_ros.calibration import load_camera_poses, model_intrinsics
+    from diffpolicy_ros.calibration import load_camera_calibration, model_intrinsics
     from diffpolicy_ros.messages.conversions import camera_info
     from diffpolicy_ros.nodes.common import LATCHED_QOS, SENSOR_QOS
 
-    poses = REPO / "config" / "cells" / "sim_camera_poses.yaml"
-    params = ["-p", "camera_name:=side", "-p", f"camera_poses:={poses}"]
+    poses = REPO / "config" / "cells" / "sim_cameras.yaml"
+    params = ["-p", "camera_name:=side", "-p", f"camera_calibration:={poses}"]
     node_proc = subprocess.Popen(
         [sys.executable, "-m", "diffpolicy_ros.nodes.camera_node", "--ros-args", *params],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -54,12 +54,58 @@ def test_camera_node_publishes_the_model_images_camera_info_and_the_calibrated_p
         # a late subscriber gets the pose (latched), as the file gives it
         probe.create_subscription(PoseStamped, C.camera_pose_topic("side"), seen_poses.append, LATCHED_QOS)
         assert spin_until(probe, lambda: bool(seen_poses), 30)
-        expected = load_camera_poses(poses)["side"]
+        expected = load_camera_calibration(poses)["side"].pose
         got = seen_poses[-1].pose
         np.testing.assert_allclose([got.position.x, got.position.y, got.position.z], expected.position)
         q = got.orientation
         np.testing.assert_allclose([q.x, q.y, q.z, q.w], expected.orientation)
         assert seen_poses[-1].header.frame_id == expected.frame_id
+    finally:
+        probe.destroy_node()
+        rclpy.try_shutdown()
+        node_proc.terminate()
+        node_proc.wait(timeout=20)
+    assert node_proc.returncode == 0
+
+
+@pytest.mark.quick
+def test_a_lens_in_the_calibration_file_goes_out_with_every_frame(spin_until, tmp_path):
+    """A camera whose driver (or OpenCV device) publishes no CameraInfo: the file's lens, for the model image."""
+    import rclpy
+    import yaml
+    from rclpy.node import Node
+    from sensor_msgs.msg import CameraInfo, Image
+
+    from diffpolicy_ros import contract as C
+    from diffpolicy_ros.calibration import model_intrinsics
+    from diffpolicy_ros.messages.conversions import numpy_to_image
+    from diffpolicy_ros.nodes.common import SENSOR_QOS
+
+    data = yaml.safe_load((REPO / "config" / "cells" / "sim_cameras.yaml").read_text())
+    k = [500.0, 0.0, 319.5, 0.0, 500.0, 239.5, 0.0, 0.0, 1.0]
+    data["cameras"]["top"]["camera_info"] = {"k": k, "width": 640, "height": 480}
+    path = tmp_path / "cameras.yaml"
+    path.write_text(yaml.safe_dump(data))
+    params = ["-p", "camera_name:=top", "-p", f"camera_calibration:={path}"]
+    node_proc = subprocess.Popen(
+        [sys.executable, "-m", "diffpolicy_ros.nodes.camera_node", "--ros-args", *params],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    rclpy.init()
+    probe = Node("camera_lens_probe")
+    infos = []
+    try:
+        probe.create_subscription(CameraInfo, C.policy_camera_info_topic("top"), infos.append, SENSOR_QOS)
+        driver = probe.create_publisher(Image, C.raw_camera_topic("top"), SENSOR_QOS)
+        frame = numpy_to_image(np.zeros((480, 640, 3), np.uint8), probe.get_clock().now().to_msg(), "top_camera")
+
+        def publish_and_check() -> bool:
+            driver.publish(frame)
+            return bool(infos)
+
+        assert spin_until(probe, publish_and_check, 60), node_proc.stderr.read() if node_proc.poll() else "no info"
+        assert infos[-1].header.stamp == frame.header.stamp  # one CameraInfo per frame, with its stamp
+        np.testing.assert_allclose(np.reshape(infos[-1].k, (3, 3)), model_intrinsics(k, 640, 480, C.IMAGE_SIZE, True))
     finally:
         probe.destroy_node()
         rclpy.try_shutdown()
