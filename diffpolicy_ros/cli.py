@@ -34,6 +34,7 @@ from diffpolicy_ros.user_files import (
     CHECKPOINT,
     DATASET,
     DEPLOYMENT,
+    OPERATOR_FILE,
     POLICY_CONFIG,
     RUN_DIR,
     TASK_CONFIG,
@@ -43,6 +44,7 @@ from diffpolicy_ros.user_files import (
     OutputPath,
 )
 
+OPERATOR_PRESET_NAMES = ("teleop", "novice")  # = sim.operator.OPERATOR_PRESETS (the CLI imports no sim to parse)
 LEARN_VARIANTS = ("diffusion", "diffusion_ddim10", "diffusion_ddim20", "few_step", "gaussian")  # = bench.learn.VARIANTS
 
 
@@ -134,9 +136,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from diffpolicy_ros.nodes.graph import load_deployment
 
         limits = load_deployment(args.deploy).expert_limits()
+    operator = None
+    if args.operator is not None:
+        from diffpolicy_ros.sim.operator import load_operator
+
+        operator = load_operator(args.operator)
     if args.to_bag is not None:  # the whole topic contract as a cell would record it
         from diffpolicy_ros.bags.record import write_demo_bag
 
+        if operator is not None:
+            raise UserError("--to-bag records the scripted expert; drop --operator")
         if env_overrides:
             raise UserError("--to-bag records the task's default settings; drop --config")
         summary = write_demo_bag(
@@ -162,8 +171,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         video_episodes=args.video_episodes,
         expert_limits=limits,
         workers=args.workers,
+        operator=operator,
     )
-    _print_json_or_table({**summary.as_dict(), **({"expert_limits": limits} if limits else {})}, args.json)
+    extra = {"expert_limits": limits} if limits else {}
+    if operator is not None:
+        extra["operator"] = str(args.operator)
+    _print_json_or_table({**summary.as_dict(), **extra}, args.json)
     return 0
 
 
@@ -512,6 +525,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--deploy", type=InputPath(DEPLOYMENT), default=None,
         help="a real_arm argument file: the expert stays within its max_speed and max_accel",
+    )  # fmt: skip
+    demo.add_argument(
+        "--operator", type=InputPath(OPERATOR_FILE, also=tuple(OPERATOR_PRESET_NAMES)), default=None,
+        help="the expert's plan played as a teleoperator plays it (hesitations, overshoot, jitter, wrong-side "
+        f"starts): a preset ({', '.join(OPERATOR_PRESET_NAMES)}) or an operator YAML file (docs/training.md)",
     )  # fmt: skip
     _video_options(demo)
     demo.add_argument(

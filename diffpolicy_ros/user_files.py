@@ -41,7 +41,7 @@ class FileKind:
 # rl.ppo.load_ppo_run, nodes.graph.load_deployment (real_arm's config:=, through load_arguments),
 # TopicMap.load, models.checkpoint.load_checkpoint,
 # EpisodeDataset.load (bags: bags.dataset.dataset_from_bags), data.bag_io.bag_info, eval.plots.read_metrics,
-# sim.cell.load_cell_ranges, calibration.load_camera_calibration.
+# sim.cell.load_cell_ranges, calibration.load_camera_calibration, sim.operator.load_operator.
 TASK_CONFIG = FileKind("task config", "file", "config/sim/push.yaml", yaml=True)
 POLICY_CONFIG = FileKind("policy config", "file", "config/policy/diffusion.yaml", yaml=True)
 TRAIN_CONFIG = FileKind("train config", "file", "config/train/push.yaml", yaml=True)
@@ -52,11 +52,12 @@ DATASET = FileKind("dataset", "file or folder", "a .npz from `diffpolicy demo --
 BAG = FileKind("bag", "file or folder", "a rosbag2 folder: metadata.yaml beside .mcap or .db3 files")
 RUN_DIR = FileKind("run folder", "folder", "runs/latest: a training run's metrics.csv and checkpoints/")
 CELL_FILE = FileKind("cell file", "file", "config/cells/train.yaml", yaml=True)
+OPERATOR_FILE = FileKind("operator file", "file", "a preset, teleop or novice, or YAML: 'overshoot: 0.5'", yaml=True)
 CAMERA_CALIBRATION = FileKind("camera calibration file", "file", "config/cells/sim_cameras.yaml", yaml=True)
 
 KINDS: tuple[FileKind, ...] = (
     TASK_CONFIG, POLICY_CONFIG, TRAIN_CONFIG, DEPLOYMENT, TOPIC_MAP, CHECKPOINT, DATASET, BAG, RUN_DIR, CELL_FILE,
-    CAMERA_CALIBRATION,
+    CAMERA_CALIBRATION, OPERATOR_FILE,
 )  # fmt: skip
 
 

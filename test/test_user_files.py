@@ -100,6 +100,11 @@ WRONG: dict[str, list[tuple[str, Callable[[Path], Path]]]] = {
         ("low above high", _text("physics: {block_mass: [2.0, 0.5]}\n")),
         ("out of bounds", _text("cameras: {top: {turn_deg: [0, 90]}}\n")),
     ],
+    U.OPERATOR_FILE.name: [
+        ("unknown field", _text("overshot: 0.5\n")),
+        ("a rate above 1", _text("hesitation_rate: 1.5\n")),
+        ("wrong type", _text("jitter_std: shaky\n")),
+    ],
     U.CAMERA_CALIBRATION.name: [
         ("unknown key", _text("frame: world\n")),
         ("a camera missing", _text("cameras: {top: {position: [0, 0, 1], orientation: [1, 0, 0, 0]}}\n")),
@@ -173,6 +178,8 @@ def good(tmp_path_factory) -> dict[str, Path]:
     (run / "metrics.csv").write_text("iter,loss\n1,0.5\n2,0.4\n")
     cell = tmp / "cell.yaml"
     cell.write_text("box_low: [0.2, -0.3, 0.0]\nbox_high: [0.8, 0.3, 0.4]\n")
+    operator = tmp / "operator.yaml"
+    operator.write_text("overshoot: 0.5\njitter_std: 0.01\n")
     return {
         U.TASK_CONFIG.name: REPO / "config/sim/push.yaml",
         U.POLICY_CONFIG.name: REPO / "config/policy/diffusion_state_small.yaml",
@@ -185,6 +192,7 @@ def good(tmp_path_factory) -> dict[str, Path]:
         U.RUN_DIR.name: run,
         U.CELL_FILE.name: REPO / "config/cells/train.yaml",
         U.CAMERA_CALIBRATION.name: REPO / "config/cells/sim_cameras.yaml",
+        U.OPERATOR_FILE.name: operator,
     }
 
 

@@ -82,14 +82,24 @@ def load_task_config(path: str | Path, task: str | None = None) -> tuple[str, di
     return task, check_env_overrides(task, data.get("env"), label)
 
 
-def make_expert(task: str, env: gym.Env, max_speed: float | None = None, max_accel: float | None = None):
+def make_expert(
+    task: str, env: gym.Env, max_speed: float | None = None, max_accel: float | None = None, operator=None
+):
     """The task's scripted expert (``reset(rng) -> side``, ``act() -> action``); ``max_speed`` (m/s, norm) and
-    ``max_accel`` (m/s^2): a deployment's limits the demonstrations stay within (push tasks)."""
+    ``max_accel`` (m/s^2): a deployment's limits the demonstrations stay within (push tasks); ``operator`` (an
+    ``OperatorConfig``): the expert's plan played as a teleoperator plays it (``sim/operator.py``)."""
     from diffpolicy_ros.sim.expert import ExpertConfig, ScriptedPushExpert
 
     if task == "point_mass":
+        if operator is not None:
+            raise ConfigError("--operator: the push tasks only (point_mass's expert has no plan to play)")
         return PointMassExpert(env)
-    return ScriptedPushExpert(env, ExpertConfig(max_speed=max_speed, max_accel=max_accel))
+    expert = ScriptedPushExpert(env, ExpertConfig(max_speed=max_speed, max_accel=max_accel))
+    if operator is None:
+        return expert
+    from diffpolicy_ros.sim.operator import Operator
+
+    return Operator(expert, operator, env.unwrapped.cfg.control_dt)
 
 
 __all__ = [

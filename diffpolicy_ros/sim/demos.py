@@ -70,12 +70,13 @@ def _record_block(
     count: int,
     video_dir: str | Path | None,
     video_episodes: int,
+    operator=None,
     on_episode: Callable[[], None] | None = None,
 ) -> _Block:
     from diffpolicy_ros.sim.video import EpisodeVideo
 
     env = make_env(task, obs_mode=obs_mode, **env_overrides)
-    expert = make_expert(task, env, **expert_limits)
+    expert = make_expert(task, env, **expert_limits, operator=operator)
     recorder = EpisodeRecorder(tuple(k for k in env.observation_space.spaces if k != "instruction"))
     stats, videos = [], []
     for i in range(first, first + count):
@@ -124,16 +125,17 @@ def run_demos(
     expert_limits: dict | None = None,
     workers: int = 1,
     stop: threading.Event | None = None,
+    operator=None,
 ) -> tuple[DemoSummary, EpisodeDataset]:
     """Episode i uses env seed ``seed + i``; the expert's left/right choice is seeded from the same pair.
     ``video_dir``: an MP4 of each of the first ``video_episodes`` episodes; ``on_episode(done, total)`` as
     episodes finish (a host's progress line); ``expert_limits``: {max_speed, max_accel} of a deployment;
     ``workers`` > 1: that many processes record blocks of episodes (the same dataset, sooner); ``stop``: set by
     a host (the trainer node's shutdown) to end the recording after the episode (or block) in progress, with
-    StopRequested."""
+    StopRequested; ``operator`` (an ``OperatorConfig``): the episodes as a teleoperator plays the expert's plan."""
     start = time.perf_counter()
     settings = dict(task=task, obs_mode=obs_mode, env_overrides=env_overrides or {}, expert_limits=expert_limits or {},
-                    seed=seed, video_dir=video_dir, video_episodes=video_episodes)  # fmt: skip
+                    seed=seed, video_dir=video_dir, video_episodes=video_episodes, operator=operator)  # fmt: skip
     bar = tqdm(total=episodes, desc=f"expert {task}", unit="ep", disable=not progress)
 
     recorded = 0
@@ -176,9 +178,10 @@ def run_demos(
     for block in blocks[1:]:
         recorder.extend(block.recorder)
     stats = np.array([s for block in blocks for s in block.stats], dtype=float).reshape(-1, 4)
-    dataset = recorder.to_dataset(
-        {"task": task, "obs_mode": obs_mode, "seed": seed, "env_config": blocks[0].env_config}
-    )
+    meta = {"task": task, "obs_mode": obs_mode, "seed": seed, "env_config": blocks[0].env_config}
+    if operator is not None:
+        meta["operator"] = dataclasses.asdict(operator)
+    dataset = recorder.to_dataset(meta)
     if out is not None:
         dataset.save(out)
     summary = DemoSummary(

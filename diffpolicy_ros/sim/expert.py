@@ -71,7 +71,13 @@ class ScriptedPushExpert(TwoRouteExpert):
         self.cfg = cfg
         self._previous = np.zeros(3, np.float32)
 
+    APPROACH_PHASES = 4  # the waypoints around the block; then the push
+
     def act(self) -> np.ndarray:
+        return self.limit(self.plan())
+
+    def plan(self) -> np.ndarray:
+        """The velocity the expert wants now (before the sim's and the deployment's limits)."""
         cfg, env = self.cfg, self.env
         tip = env.pusher_position
         block = env.block_pose[0][:2]
@@ -104,7 +110,12 @@ class ScriptedPushExpert(TwoRouteExpert):
             contact_point = block - cfg.standoff * 0.8 * u
             v_xy = cfg.push_speed * u + cfg.lateral_gain * ((contact_point - tip[:2]) @ n) * n
         vz = cfg.height_gain * (cfg.push_height - tip[2])
-        action = np.array([v_xy[0], v_xy[1], vz])
+        return np.array([v_xy[0], v_xy[1], vz])
+
+    def limit(self, action: np.ndarray) -> np.ndarray:
+        """The sim's per-axis limit, then the deployment's speed and acceleration caps (the safety filter's rules),
+        applied to what is sent; remembers it for the next acceleration cap."""
+        cfg, env = self.cfg, self.env
         limit = env.cfg.max_speed
         action = np.clip(action, -limit, limit)
         if cfg.max_speed is not None:  # the norm, direction kept: what the safety filter would do to it
