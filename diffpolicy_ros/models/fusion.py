@@ -50,6 +50,11 @@ def table_point(projection: torch.Tensor, pixels: torch.Tensor, heights: torch.T
     return torch.stack([x, y, heights.view(1, -1).expand_as(x)], dim=-1)
 
 
+def _image_span(image: torch.Tensor) -> torch.Tensor:
+    """(W - 1, H - 1) of images [B, C, H, W]: the pixel span the keypoints' [-1, 1] covers."""
+    return torch.tensor([image.shape[-1] - 1, image.shape[-2] - 1], dtype=torch.float32, device=image.device)
+
+
 @dataclass
 class FusionConfig:
     dim: int = 128
@@ -230,25 +235,26 @@ class MultimodalEncoder(nn.Module):
         ]
         return torch.stack(points).mean(0)[..., :2].flatten(1)  # the cameras' mean; block xy, goal xy
 
+    def point_keypoints(self, image: torch.Tensor) -> torch.Tensor:
+        """The calibrated estimator's block and goal keypoints in one image [B, 2 points, 2] (x, y in [-1, 1])."""
+        return self.keypoints(image).view(image.shape[0], 2, len(ESTIMATED_POINTS)).transpose(1, 2)
+
     def pixels(self, image: torch.Tensor) -> torch.Tensor:
-        """The calibrated estimator's keypoints as pixels [B, 2 points, 2] (u, v; pixel centres at integers)."""
-        keypoints = self.keypoints(image).view(image.shape[0], 2, len(ESTIMATED_POINTS)).transpose(1, 2)
-        size = torch.tensor([image.shape[-1] - 1, image.shape[-2] - 1], dtype=keypoints.dtype, device=image.device)
-        return (keypoints + 1) / 2 * size
+        """Those keypoints as pixels [B, 2 points, 2] (u, v; pixel centres at integers)."""
+        return (self.point_keypoints(image) + 1) / 2 * _image_span(image)
 
     def estimator_loss(self, images: list[torch.Tensor], truth: torch.Tensor, projection: torch.Tensor | None):
         """Stage one's loss on true block and goal xy [B, 4] (metres). Learned: MSE in workspace units.
-        Calibrated: MSE, in keypoint units ([-1, 1] over the image), of each keypoint against its point projected
-        through that camera (the pixel the back-projection needs, so nothing about the camera is learnt)."""
+        Calibrated: MSE of each keypoint against its true point projected through that camera, in keypoint units
+        ([-1, 1] over the image): the pixel the back-projection needs, so nothing about the camera is learnt."""
         if not self.calibrated:
             prediction = self.aux_task_state(torch.cat([self.keypoints(x) for x in images], dim=-1))
             return nn.functional.mse_loss(prediction.float(), self.to_workspace_units(truth))
         points = torch.cat([truth.view(-1, 2, 2), self.point_heights.view(1, 2, 1).expand(truth.shape[0], 2, 1)], -1)
         loss = 0.0
         for i, x in enumerate(images):
-            size = torch.tensor([x.shape[-1] - 1, x.shape[-2] - 1], dtype=torch.float32, device=x.device)
-            target = 2 * project_points(projection[:, i].float(), points) / size - 1
-            loss = loss + nn.functional.mse_loss(2 * self.pixels(x).float() / size - 1, target)
+            target = 2 * project_points(projection[:, i].float(), points) / _image_span(x) - 1
+            loss = loss + nn.functional.mse_loss(self.point_keypoints(x).float(), target)
         return loss / len(images)
 
     def features(self, obs: dict, predict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
