@@ -34,7 +34,8 @@ class FileKind:
     yaml: bool = False  # a YAML mapping (read by config.read_yaml_mapping first)
 
     def hint(self) -> str:
-        return f" (a {self.name}: {self.example})"
+        article = "an" if self.name[0] in "aeiou" else "a"
+        return f" ({article} {self.name}: {self.example})"
 
 
 # Each is read by one function (docs/cli.md lists them): sim.load_task_config, rl.bc.load_bc_run,
