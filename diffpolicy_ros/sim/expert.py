@@ -76,6 +76,15 @@ class ScriptedPushExpert(TwoRouteExpert):
     def act(self) -> np.ndarray:
         return self.limit(self.plan())
 
+    @property
+    def going_around(self) -> bool:
+        """Still on the way around the block (not yet pushing)."""
+        return self._phase < self.APPROACH_PHASES
+
+    def go_around(self, side: str) -> None:
+        """Start around the block again, on ``side`` (a teleoperator changing its mind)."""
+        self.side, self._phase = side, 0
+
     def plan(self) -> np.ndarray:
         """The velocity the expert wants now (before the sim's and the deployment's limits)."""
         cfg, env = self.cfg, self.env

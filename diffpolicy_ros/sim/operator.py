@@ -79,16 +79,16 @@ class Operator:
         self.hold, self.tremor = 0, np.zeros(2)
         self.wrong_until = self.cfg.wrong_side_steps if rng.random() < self.cfg.wrong_side_rate else 0
         if self.wrong_until:
-            self.expert.side = "right" if side == "left" else "left"
+            self.expert.go_around("right" if side == "left" else "left")
         return side
 
     def act(self) -> np.ndarray:
         cfg, expert = self.cfg, self.expert
         if self.t == self.wrong_until and expert.side != self.side_goal:  # changes its mind: around the other side
-            expert.side, expert._phase = self.side_goal, 0
+            expert.go_around(self.side_goal)
         self.t += 1
         action = expert.plan()
-        if expert._phase < expert.APPROACH_PHASES:  # going around: overshoot the waypoints
+        if expert.going_around:  # overshoot the waypoints
             action[:2] *= 1 + cfg.overshoot
         self.tremor = self.keep * self.tremor + math.sqrt(1 - self.keep**2) * self.rng.normal(0, cfg.jitter_std, 2)
         action[:2] += self.tremor
