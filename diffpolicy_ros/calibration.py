@@ -126,6 +126,9 @@ def project(projection: np.ndarray, points: np.ndarray) -> np.ndarray:
     return homogeneous[..., :2] / homogeneous[..., 2:]
 
 
+CAMERA_KEYS = {"position", "orientation", "camera_info"}  # of one camera in a camera calibration file
+
+
 @dataclass(frozen=True)
 class CameraEntry:
     """One camera of a camera calibration file: its pose, and its lens where the file gives one (else the
@@ -183,6 +186,3 @@ def load_camera_calibration(path: str | Path) -> dict[str, CameraEntry]:
         info = _intrinsics(entry["camera_info"], f"{key}.camera_info") if "camera_info" in entry else None
         entries[cam] = CameraEntry(CameraPose(position, orientation, frame), info)
     return entries
-
-
-CAMERA_KEYS = {"position", "orientation", "camera_info"}
