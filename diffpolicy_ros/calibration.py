@@ -119,11 +119,10 @@ def mujoco_calibration(model, data, camera: str, width: int, height: int) -> Cam
     return CameraCalibration(k, width, height, pose)
 
 
-def project(projection: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """World points [..., 3] -> pixels [..., 2] through a 3x4 projection."""
-    points = np.asarray(points, dtype=np.float64)
-    homogeneous = np.concatenate([points, np.ones(points.shape[:-1] + (1,))], axis=-1) @ np.asarray(projection).T
-    return homogeneous[..., :2] / homogeneous[..., 2:]
+def projections(calibrations, size: int) -> np.ndarray:
+    """Cameras' projections onto the model's ``size`` x ``size`` image, stacked: float32 [cameras, 3, 4] (what
+    an observation's ``camera_projection`` holds)."""
+    return np.stack([c.projection(size) for c in calibrations]).astype(np.float32)
 
 
 CAMERA_KEYS = {"position", "orientation", "camera_info"}  # of one camera in a camera calibration file

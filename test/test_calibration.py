@@ -17,7 +17,6 @@ from diffpolicy_ros.calibration import (
     load_camera_calibration,
     matrix_quaternion,
     model_intrinsics,
-    project,
     quaternion_matrix,
 )
 from diffpolicy_ros.config import ConfigError
@@ -31,6 +30,12 @@ from .conftest import REPO
 pytestmark = pytest.mark.quick
 
 QUATERNIONS = st.lists(st.floats(-1, 1), min_size=4, max_size=4).filter(lambda q: np.linalg.norm(q) > 0.1)
+
+
+def pixel(projection: np.ndarray, point) -> tuple[int, int]:
+    """The nearest pixel (u, v) of a world point through a 3x4 projection."""
+    uv = project_points(torch.from_numpy(projection)[None].double(), torch.tensor([[point]], dtype=torch.float64))
+    return tuple(int(x) for x in uv[0, 0].round())
 
 
 def test_the_sims_calibration_puts_the_block_and_the_goal_on_their_pixels_in_cameras_a_cell_moved():
@@ -52,10 +57,10 @@ def test_the_sims_calibration_puts_the_block_and_the_goal_on_their_pixels_in_cam
             block, goal = obs["proprio"][12:14], obs["proprio"][14:16]
             for i, cam in enumerate(CAMERAS):
                 image = obs[f"image_{cam}"].astype(int)
-                u, v = np.round(project(obs["camera_projection"][i], [*block, BLOCK_CENTRE_Z])).astype(int)
+                u, v = pixel(obs["camera_projection"][i], [*block, BLOCK_CENTRE_Z])
                 r, g, b = image[v, u]
                 assert r > 150 and r > b + 80, (seed, cam, image[v, u])  # the orange block
-                u, v = np.round(project(obs["camera_projection"][i], [*goal, GOAL_Z])).astype(int)
+                u, v = pixel(obs["camera_projection"][i], [*goal, GOAL_Z])
                 r, g, b = image[v, u]
                 assert g > r + 60 and g > b + 60, (seed, cam, image[v, u])  # the green goal
     finally:

@@ -17,7 +17,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.calibration import CameraCalibration, CameraPose
+from diffpolicy_ros.calibration import CameraCalibration, CameraPose, projections
 from diffpolicy_ros.messages.conversions import (
     MessageError,
     image_to_rgb,
@@ -121,13 +121,8 @@ def assemble_observation(
             obs[f"image_{cam}"] = latest[f"image_{cam}"][1]
     if need_calibration:
         cams = [CameraCalibration(*latest[f"camera_info_{c}"][1], latest[f"camera_pose_{c}"][1]) for c in C.CAMERAS]
-        obs["camera_projection"] = projections(cams)
+        obs["camera_projection"] = projections(cams, C.IMAGE_SIZE)  # each a model-size image's calibration
     return obs, min(stamps.values())
-
-
-def projections(calibrations: Sequence[CameraCalibration]) -> np.ndarray:
-    """The cameras' projections onto the model image [cameras, 3, 4] (each calibration of a model-size image)."""
-    return np.stack([c.projection(C.IMAGE_SIZE, crop_square=False) for c in calibrations]).astype(np.float32)
 
 
 # A camera looking straight down from 1 m above the table's middle: a well-posed stand-in for warm-up traces.
@@ -142,7 +137,7 @@ def example_observation(images: bool, calibrated: bool = False) -> dict:
     if images:
         obs.update({f"image_{c}": np.zeros(C.IMAGE_SHAPE, np.uint8) for c in C.CAMERAS})
     if calibrated:
-        obs["camera_projection"] = projections([EXAMPLE_CAMERA] * len(C.CAMERAS))
+        obs["camera_projection"] = projections([EXAMPLE_CAMERA] * len(C.CAMERAS), C.IMAGE_SIZE)
     return obs
 
 

@@ -105,9 +105,13 @@ class CameraNode(Node):
             log = self.get_logger()
             log.warn(f"dropping frame ({self.dropped} so far): {exc}", throttle_duration_sec=WARN_THROTTLE_S)
             return
-        self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), msg.header.stamp, self.frame_id))
+        self.publish_frame(rgb, msg.header.stamp)
+
+    def publish_frame(self, rgb, stamp) -> None:
+        """A frame at the model's size, and with it the file's lens where the file gives one."""
+        self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), stamp, self.frame_id))
         if self.lens is not None:
-            self.publish_info(*self.lens, msg.header.stamp)
+            self.publish_info(*self.lens, stamp)
 
     def on_camera_info(self, msg: CameraInfo) -> None:
         try:
@@ -126,10 +130,7 @@ class CameraNode(Node):
             self.get_logger().warn("capture device returned no frame", throttle_duration_sec=WARN_THROTTLE_S)
             return
         rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-        stamp = self.get_clock().now().to_msg()
-        self.pub.publish(numpy_to_image(prepare_image(rgb, self.size, self.crop), stamp, self.frame_id))
-        if self.lens is not None:
-            self.publish_info(*self.lens, stamp)
+        self.publish_frame(rgb, self.get_clock().now().to_msg())
 
     def close(self) -> None:
         if self.capture is not None:

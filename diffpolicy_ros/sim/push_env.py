@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from diffpolicy_ros.assets import sim_asset
-from diffpolicy_ros.calibration import CameraCalibration, mujoco_calibration
+from diffpolicy_ros.calibration import CameraCalibration, mujoco_calibration, projections
 from diffpolicy_ros.contract import (
     ARM_JOINTS,
     CAMERAS,
@@ -201,7 +201,7 @@ class PushEnv(gym.Env):
         mujoco.mj_forward(m, d)
         size = cfg.image_size
         self.camera_calibrations = {cam: mujoco_calibration(m, d, cam, size, size) for cam in CAMERAS}
-        self._projection = np.stack([self.camera_calibrations[c].projection(size) for c in CAMERAS]).astype(np.float32)
+        self._projection = projections(self.camera_calibrations.values(), size)
 
         self._p_ref = d.site_xpos[self._tip].copy()
         self._rot_ref = _TOOL_DOWN.copy()
