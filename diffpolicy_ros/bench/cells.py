@@ -17,7 +17,7 @@ from tqdm import tqdm
 from diffpolicy_ros.contract import CAMERAS
 from diffpolicy_ros.eval.stats import wilson_interval
 from diffpolicy_ros.runs import EVAL_SEED
-from diffpolicy_ros.sim.cell import CellRanges, nominal_value
+from diffpolicy_ros.sim.cell import CellRanges, factor_edges
 
 # factors a policy without cameras cannot see: a state policy is measured on the physics alone
 APPEARANCE = ("cameras.", "lights.", "colours.", "image.")
@@ -31,13 +31,9 @@ RECALIBRATED = (
 
 
 def edge_conditions(ranges: CellRanges, obs_mode: str) -> list[tuple[str, float]]:
-    """(factor, value) for each bound of each factor the file varies that is not the nominal value."""
-    out = []
-    for name, (low, high) in ranges.factors().items():
-        if obs_mode == "state" and name.startswith(APPEARANCE):
-            continue
-        out += [(name, value) for value in dict.fromkeys((low, high)) if value != nominal_value(name)]
-    return out
+    """(factor, value) for each bound of each factor the file varies that is not the nominal value; a state
+    policy's: the physics alone."""
+    return [(name, v) for name, v in factor_edges(ranges) if obs_mode != "state" or not name.startswith(APPEARANCE)]
 
 
 def bench_cells(

@@ -32,6 +32,7 @@ reward-centering state, counters, and every rank's RNG states — resumes bit-fo
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -78,6 +79,7 @@ from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.rl.actor_critic import ActorCritic
 from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
+from diffpolicy_ros.rl.estimator import measure_error_model
 from diffpolicy_ros.rl.hooks import TrainHooks
 from diffpolicy_ros.rl.ppo_math import (
     RewardCenterer,
@@ -91,7 +93,8 @@ from diffpolicy_ros.rl.ppo_math import (
 from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
 from diffpolicy_ros.safety.deployment import Deployment
 from diffpolicy_ros.sim import PushConfig, check_env_overrides, make_env
-from diffpolicy_ros.sim.deployed import expected_periods_per_decision
+from diffpolicy_ros.sim.deployed import expected_periods_per_decision, periods_per_decision
+from diffpolicy_ros.sim.estimated_state import EstimateErrorModel
 from diffpolicy_ros.sim.vector import make_vec_env
 from diffpolicy_ros.user_files import TRAIN_CONFIG
 
@@ -131,6 +134,9 @@ class PPOConfig(Checked):
     # the true block and goal moved by its estimator's measured error (sim/estimated_state.py), as in staged BC;
     # evaluations still run the cameras and the estimator
     simulated_estimates: bool = False
+    # across cells the error depends on the cell: measured once per run's cell file, the estimator on this many
+    # held-out scenes per factor edge (rl/estimator.py: measure_error_model)
+    estimate_error_scenes: int = 6
     # -- exploration / likelihood of the actor (DPPO). The policy config owns the sampler settings; these
     #    are PPO's changes to them, applied once (models/heads.py: apply_sampler). None keeps the policy's.
     sampler: SamplerOverrides = field(default_factory=lambda: SamplerOverrides())
@@ -307,9 +313,9 @@ class PPOTrainer:
         setattr(self.spec, self.spec.kind, self.policy.config)  # what checkpoints store
         self.obs_mode = self.spec.active().fusion.obs_mode()  # what evaluations (and deployments) read
         self.horizon = self.spec.active().horizon
-        rollout_obs_mode, estimate_error_m = self.obs_mode, None
+        rollout_obs_mode, estimate_error = self.obs_mode, None
         if cfg.simulated_estimates:
-            estimate_error_m, rollout_obs_mode = self._estimator_error(), "state"
+            estimate_error, rollout_obs_mode = self._estimate_error_model(), "state"
         self.deployment = Deployment.from_dict(run.deploy) if run.deploy else None
         # env steps per decision: execute_horizon, or under a deployment the periods the policy is busy
         self.steps_per_decision = float(cfg.execute_horizon)
@@ -324,15 +330,21 @@ class PPOTrainer:
             obs_mode=rollout_obs_mode,
             execute_horizon=cfg.execute_horizon,
             deployment=self.deployment,
-            estimate_error_m=estimate_error_m,
+            estimate_error=estimate_error,
             **run.env,
         )
         self._check_policy_fits_task()
         episode_limit = run.env.get("max_episode_steps", PushConfig.max_episode_steps)
-        if self.deployment is not None and cfg.rollout_steps * self.steps_per_decision < episode_limit:
-            tqdm.write(f"[ppo] rollout_steps {cfg.rollout_steps} decisions x {self.steps_per_decision:.2f} env steps "
-                       f"each < the {episode_limit}-step episode: first episodes are cut "
-                       "(config/train/push_deployed.yaml sizes it)", file=sys.stderr)  # fmt: skip
+        if self.deployment is not None:
+            # the fewest env steps a decision takes (the shortest latency): below the episode limit, an env's first
+            # episode may not end within the rollout, and the failures, which last longest, drop out of its
+            # success rate
+            fewest = periods_per_decision(self.deployment.latency_s[0], run.env.get("control_dt", CONTROL_PERIOD_S))
+            if cfg.rollout_steps * fewest < episode_limit:
+                tqdm.write(f"[ppo] rollout_steps {cfg.rollout_steps} decisions x {fewest} env step(s) each at the "
+                           f"shortest latency < the {episode_limit}-step episode: first episodes are cut and the "
+                           "rollout success rate counts too few failures (config/train/push_deployed.yaml sizes it)",
+                           file=sys.stderr)  # fmt: skip
         if self.dist.is_main:  # the inputs were good: the run begins writing
             (run_folder.start() / "checkpoints").mkdir(exist_ok=True)
         distributed.barrier(self.dist)  # other ranks write RNG states into it at the first checkpoint
@@ -392,15 +404,33 @@ class PPOTrainer:
         env.close()
         return policy, spec, True
 
-    def _estimator_error(self) -> tuple[float, float]:
-        """(block, goal) median errors (m) of a staged policy's estimator, from its checkpoint."""
+    def _estimate_error_model(self) -> EstimateErrorModel:
+        """How far a staged policy's estimator errs: its checkpoint's held-out medians in one world; across cells,
+        measured per factor edge of the run's cells (once: the measurement travels in every PPO checkpoint)."""
         if not self.spec.active().fusion.cameras_feed_only_estimator():
             raise ConfigError("train.simulated_estimates needs a staged vision policy (cameras feed only its "
                               "task-state estimator: config/policy/diffusion_vision.yaml)")  # fmt: skip
         if not self.estimator_summary:
             raise ConfigError("train.simulated_estimates: the checkpoint has no measured estimator error "
                               "(meta.metrics.estimator: train it with staged BC, train.estimator_iters)")  # fmt: skip
-        return self.estimator_summary["block_median_mm"] / 1e3, self.estimator_summary["goal_median_mm"] / 1e3
+        cells = self.run.env.get("cells")
+        if cells is None:
+            summary = self.estimator_summary
+            return EstimateErrorModel(summary["block_median_mm"], summary["goal_median_mm"])
+        ranges = json.loads(json.dumps(to_dict(cells)))  # as a checkpoint gives it back
+        measured = self.estimator_summary.get("cell_error") or {}
+        if measured.get("cells") != ranges:
+            model = None
+            if self.dist.is_main:
+                tqdm.write("[ppo] measuring the estimator in each factor's edge cells (simulated estimates)",
+                           file=sys.stderr)  # fmt: skip
+                env = {k: v for k, v in self.run.env.items() if k != "cells"}
+                scenes = self.run.train.estimate_error_scenes
+                model = measure_error_model(self.policy, self.run.task, cells, env, scenes, progress=self.progress)
+            model = distributed.broadcast_object(self.dist, model)
+            measured = {"cells": ranges, **model.to_dict()}
+            self.estimator_summary = {**self.estimator_summary, "cell_error": measured}
+        return EstimateErrorModel.from_dict(measured)
 
     def _check_policy_fits_task(self) -> None:
         envs = self.envs

@@ -101,6 +101,14 @@ class CellRanges:
         return out
 
 
+def factor_edges(ranges: CellRanges) -> list[tuple[str, float]]:
+    """(factor, value) for each bound of each factor ``ranges`` varies that is not the factor's nominal value."""
+    out = []
+    for name, (low, high) in ranges.factors().items():
+        out += [(name, value) for value in dict.fromkeys((low, high)) if value != nominal_value(name)]
+    return out
+
+
 def nominal_value(name: str) -> float:
     """The sim's world for a factor (``cameras.top.shift_m`` -> 0.0)."""
     return NOMINAL[name.rsplit(".", 1)[-1]]

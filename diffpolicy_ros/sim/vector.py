@@ -19,7 +19,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from diffpolicy_ros.safety.deployment import Deployment
 from diffpolicy_ros.sim import ChunkStepEnv, make_env
 from diffpolicy_ros.sim.deployed import DeployedChunkEnv
-from diffpolicy_ros.sim.estimated_state import EstimatedTaskState
+from diffpolicy_ros.sim.estimated_state import EstimatedTaskState, EstimateErrorModel
 
 
 def _env_factory(
@@ -27,7 +27,7 @@ def _env_factory(
     chunk_horizon: int | None,
     env_kwargs: dict,
     deployment: Deployment | None,
-    estimate_error_m: tuple[float, float] | None,
+    estimate_error: EstimateErrorModel | None,
 ):
     def build() -> gym.Env:
         if multiprocessing.parent_process() is not None:  # a worker (the parent also builds one, for its spaces)
@@ -37,7 +37,7 @@ def _env_factory(
             env = DeployedChunkEnv(env, deployment, chunk_horizon)
         elif chunk_horizon:
             env = ChunkStepEnv(env, chunk_horizon)
-        return EstimatedTaskState(env, *estimate_error_m) if estimate_error_m else env
+        return EstimatedTaskState(env, estimate_error) if estimate_error else env
 
     return build
 
@@ -50,14 +50,14 @@ def make_vec_env(
     asynchronous: bool = True,
     autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
     deployment: Deployment | None = None,
-    estimate_error_m: tuple[float, float] | None = None,
+    estimate_error: EstimateErrorModel | None = None,
     **env_kwargs,
 ) -> gym.vector.VectorEnv:
     """N push envs; with ``chunk_horizon`` each step takes a [N, H, 3] batch of action chunks.
 
     ``deployment``: each env is the sim as deployed (sim/deployed.py), a step one decision of the policy node.
-    ``estimate_error_m``: (block, goal) median errors of a staged policy's estimator; observations gain a
-    ``task_state_estimate`` that far off (sim/estimated_state.py).
+    ``estimate_error``: a staged policy's estimator's measured errors; observations gain a
+    ``task_state_estimate`` that far off in the episode's cell (sim/estimated_state.py).
 
     ``autoreset_mode`` defaults to SAME_STEP: a finished env is reset inside the step that ended it and its
     final observation is in ``info['final_obs']``, so every returned observation is one to act on.
@@ -65,7 +65,7 @@ def make_vec_env(
     """
     if deployment is not None and not chunk_horizon:
         raise ValueError("a deployed vector env steps chunks: give chunk_horizon")
-    fns = [_env_factory(task, chunk_horizon, dict(env_kwargs), deployment, estimate_error_m) for _ in range(n_envs)]
+    fns = [_env_factory(task, chunk_horizon, dict(env_kwargs), deployment, estimate_error) for _ in range(n_envs)]
     if asynchronous:
         # SIGINT blocked while the workers start: a forkserver started now, and every worker it forks, inherit
         # the mask, so a Ctrl-C mid-import cannot kill one (after start-up, build() ignores SIGINT as well)

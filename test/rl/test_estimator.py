@@ -203,3 +203,40 @@ def test_ppo_fine_tunes_a_staged_policys_actor_on_simulated_estimates_without_ca
     assert ckpt["meta"]["metrics"]["estimator"] == bc["estimator"]
     with pytest.raises(ConfigError, match="staged vision policy"):
         PPOTrainer(PPORun(task="push", policy={"kind": "diffusion"}, train=ppo), tmp_path / "plain", progress=False)
+
+
+def test_across_cells_ppo_measures_its_estimators_error_per_factor_once_and_draws_each_episodes_from_its_cell(
+    image_demos, tmp_path, monkeypatch
+):
+    """train.simulated_estimates with a cell file: the estimator is measured in each factor's edge cells (rendered,
+    estimated), the model is stored in every PPO checkpoint, and a run resumed from one reuses it."""
+    from diffpolicy_ros.rl import ppo as ppo_module
+    from diffpolicy_ros.rl.ppo import PPOConfig, PPORun, PPOTrainer
+    from diffpolicy_ros.sim.cell import CellRanges
+
+    train = BCConfig(iters=2, batch_size=8, estimator_iters=5, estimator_batch_size=4, eval_every=2, eval_episodes=1,
+                     final_eval_episodes=1, device="cpu")  # fmt: skip
+    bc = train_bc(BCRun(policy=STAGED_POLICY, train=train), image_demos, tmp_path / "bc", progress=False)
+    cells = CellRanges().with_factors({"lights.headlight": (0.6, 1.0), "physics.block_mass": (0.5, 2.0)})
+    ppo = PPOConfig(total_env_steps=2 * 3 * 4, n_envs=2, rollout_steps=3, asynchronous_envs=False, micro_batch=4,
+                    grad_accum=1, update_epochs=1, eval_episodes=1, simulated_estimates=True, checkpoint_every=1,
+                    estimate_error_scenes=1, device="cpu")  # fmt: skip
+    run = PPORun(task="push", env={"max_episode_steps": 12, "cells": cells}, init=bc["checkpoint"], train=ppo)
+    trainer = PPOTrainer(run, tmp_path / "ppo", progress=False)
+    model = trainer.envs.envs[0].error  # the wrapper every rollout env draws its estimates from
+    assert [(e.factor, e.value) for e in model.edges] == [("lights.headlight", 0.6)]  # mass changes no frame
+    assert model.block_mm > 0 and model.edges[0].block_mm > 0 and model.sampled["block_mm"] > 0
+    trainer.train()
+    ckpt = load_checkpoint(sorted((tmp_path / "ppo" / "checkpoints").glob("iter_*.pt"))[-1])
+    stored = ckpt["meta"]["metrics"]["estimator"]
+    assert stored["block_median_mm"] == bc["estimator"]["block_median_mm"]
+    assert stored["cell_error"]["edges"][0]["factor"] == "lights.headlight"
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("measured again on resume")
+
+    monkeypatch.setattr(ppo_module, "measure_error_model", not_again)
+    last = sorted((tmp_path / "ppo" / "checkpoints").glob("iter_*.pt"))[-1]
+    resumed = PPOTrainer(run, tmp_path / "ppo", resume=str(last), progress=False)
+    assert resumed.envs.envs[0].error == model
+    resumed.envs.close()
