@@ -19,6 +19,7 @@ import argparse
 import difflib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -995,7 +996,16 @@ def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             raise UserError(f"argument {'/'.join(action.option_strings) or action.dest}: {exc}") from None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler, ``timeout``, ``docker stop``, ``kill``): the same clean stop as Ctrl-C."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminated)  # `diffpolicy launch` installs its own while its graph runs
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "episodes", 1) < 1:
@@ -1008,9 +1018,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_paths(parser, args)
         return args.func(args)
-    except KeyboardInterrupt:
-        print("diffpolicy: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"diffpolicy: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except UserError as exc:  # raised where an input is read (arguments, configs, checkpoints, bags, datasets)
         # a mistake in the input, not a bug: one line (DIFFPOLICY_DEBUG=1 shows the traceback); any other
         # exception is a bug and keeps its traceback

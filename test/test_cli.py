@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,39 @@ def _parser_with(cli_module, func):
         return parser
 
     return build
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_training_run_stopped_by_a_signal_ends_quietly_with_its_workers(tmp_path, sig, code):
+    """SIGTERM (a scheduler, `timeout`, `docker stop`) stops `train-ppo` as Ctrl-C does: its MuJoCo workers end
+    with it, no traceback, the shell's exit code for that signal."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffpolicy_ros.cli", "train-ppo", "--config", "config/train/push.yaml",
+         "--n-envs", "2", "--run-dir", str(tmp_path / "run"), "--total-env-steps", "1000000"],
+        stderr=subprocess.PIPE, text=True, cwd=REPO, env=env, start_new_session=True,
+    )  # fmt: skip
+    seen = []
+    for line in proc.stderr:  # the workers run once the first iteration is reported
+        seen.append(line)
+        if "iter " in line or "env_steps" in line:
+            break
+    workers = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    workers = [pid for pid in workers if pid != str(proc.pid)]  # its session: workers, forkserver, tracker
+    assert workers, "".join(seen)
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=30) == code, rest
+    assert "Traceback" not in rest and "Error" not in rest, rest
+    deadline = time.monotonic() + 10  # the forkserver and the resource tracker see their parent gone
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not [pid for pid in workers if alive(pid)], "left behind"
+
+
+def alive(pid: str) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
