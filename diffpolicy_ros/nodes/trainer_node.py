@@ -75,6 +75,8 @@ class TrainerNode(Node):
         cells_file, cells = file_parameter(self, "cells", "a cell file: demonstrations and PPO in sampled cells",
                                            load_cell_ranges)  # fmt: skip
         self.cells = {"cells": cells} if cells is not None else {}  # the sim's settings of both
+        # evaluations in sampled cells on held-out seeds are held-out cells: said so in every line about them
+        self.evaluated_on = "held-out-cell" if cells is not None else "eval"
         text = {
             "config": config,
             "demos": demos,
@@ -212,11 +214,12 @@ class TrainerNode(Node):
             self.pub.publish(String(data=str(path.resolve())))
             best = self.gate.best.success_rate
             score = f"{best:.2f}" if best is not None else "not evaluated yet"
-            self.get_logger().info(f"checkpoint {path} for the policy (eval success {score})")
+            self.get_logger().info(f"checkpoint {path} for the policy ({self.evaluated_on} success {score})")
 
     def on_evaluation(self, iteration: int, episodes: int) -> None:
         phase = self.status.removeprefix("training ").strip("()")
-        say(self, f"evaluating {phase} iteration {iteration} on {episodes} held-out episodes")
+        on = "held-out cells (one per episode)" if self.cells else "held-out episodes"
+        say(self, f"evaluating {phase} iteration {iteration} on {episodes} {on}")
 
     def on_pause(self, request, response):
         self.hooks.running.clear()
@@ -245,7 +248,7 @@ class TrainerNode(Node):
         finished = self.status.startswith(("done", "failed"))  # said once, when it happened
         if self.ticks % 10 == 0 and progress and not finished:  # a line a person can follow in the terminal
             rate = self.rate.update(progress.get("iter", 0), time.monotonic())
-            self.get_logger().info(f"{self.status}: {progress_line(progress, rate)}")
+            self.get_logger().info(f"{self.status}: {progress_line(progress, rate, self.evaluated_on)}")
 
     def close(self) -> None:
         self.hooks.stop.set()
@@ -282,7 +285,7 @@ class BetterCheckpoints:
         return True
 
 
-def progress_line(progress: dict, iters_per_s: float) -> str:
+def progress_line(progress: dict, iters_per_s: float, evaluated_on: str = "eval") -> str:
     """One console line: iteration of total, loss, the last evaluation with its 95 % interval, PPO's rollout
     success (a handful of episodes: noisy), env steps/s, ETA."""
     it, total, unit = progress.get("iter", 0), progress.get("iters_total", 0), progress.get("unit", "iter")
@@ -291,7 +294,8 @@ def progress_line(progress: dict, iters_per_s: float) -> str:
         parts.append(f"loss {progress['loss']:.4f}")
     success, ci = progress.get("success_rate", -1.0), progress.get("success_ci95") or ()
     if success >= 0:
-        parts.append(f"eval success {success:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if len(ci) == 2 else ""))
+        interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if len(ci) == 2 else ""
+        parts.append(f"{evaluated_on} success {success:.2f}{interval}")
     if "rollout_success_rate" in progress:
         parts.append(f"rollout {progress['rollout_success_rate']:.2f}")
     if "env_steps_per_s" in progress:

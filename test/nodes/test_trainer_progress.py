@@ -18,6 +18,8 @@ def test_progress_line_shows_the_interval_throughput_and_eta():
     assert "ETA 3 min" in line  # 90 iterations at 0.5 it/s
     bc = progress_line({"iter": 5, "iters_total": 2000, "loss": 0.25, "success_rate": -1.0}, iters_per_s=0.0)
     assert "loss 0.2500" in bc and "success" not in bc and "ETA" not in bc  # no evaluation yet, no rate yet
+    # sim_train cells:=FILE evaluates on held-out cells, and says so
+    assert "held-out-cell success 0.50 [0.30, 0.70]" in progress_line(ppo, 0.5, evaluated_on="held-out-cell")
 
 
 def test_eta_rate_is_steady_when_an_iteration_outlasts_the_line_and_restarts_with_ppo():

@@ -179,3 +179,16 @@ def test_train_bc_cli_end_to_end(demos, tmp_path, run_cli):
     )
     assert result["iters"] == 10 and Path(result["checkpoint"]).is_file()
     assert load_checkpoint(result["checkpoint"])["meta"]["config"]["train"]["iters"] == 10
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[2] / "config" / "policy").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_shipped_policy_config_loads_and_builds(path):
+    from diffpolicy_ros.models.factory import build_policy, policy_spec
+    from diffpolicy_ros.rl.bc import load_bc_run
+
+    spec = policy_spec(load_bc_run(path).policy)  # an unknown or misspelt option is an error naming it
+    policy = build_policy(spec)  # a misfit of the head's parts fails here, before any demonstration is read
+    assert policy.config.horizon == spec.active().horizon and any(p.requires_grad for p in policy.parameters())
