@@ -190,6 +190,7 @@ class PPOConfig(Checked):
 
     DOMAINS: ClassVar[dict[str, Domain]] = {
         "total_env_steps": NON_NEGATIVE_INT, "n_envs": COUNT, "rollout_steps": COUNT, "execute_horizon": COUNT,
+        "estimate_error_scenes": COUNT,
         "gamma": FRACTION, "gae_lambda": FRACTION, "update_epochs": COUNT, "micro_batch": COUNT, "grad_accum": COUNT,
         "clip_coef": POSITIVE, "clip_coef_first": Domain(0, low_open=True, optional=True),
         "clip_schedule_rate": NON_NEGATIVE, "gamma_denoising": FRACTION, "pair_fraction": OPEN_FRACTION,
