@@ -28,6 +28,7 @@ from diffpolicy_ros.models.fusion import MultimodalEncoder
 from diffpolicy_ros.rl import distributed
 from diffpolicy_ros.runs import EVAL_SEED
 from diffpolicy_ros.sim.cell import CellRanges, factor_edges
+from diffpolicy_ros.sim.demos import run_demos
 from diffpolicy_ros.sim.estimated_state import EstimateErrorModel, FactorEdge
 
 
@@ -169,56 +170,28 @@ def measure_error_model(
     ranges: CellRanges,
     env_kwargs: dict | None = None,
     episodes: int = 6,
-    steps: int = 60,
-    every: int = 6,
     seed: int = EVAL_SEED,
     device: str = "cpu",
     progress: bool = True,
 ) -> EstimateErrorModel:
     """A staged policy's estimator's median errors in the sim's world, with each factor of ``ranges`` alone at
-    each edge of its range, and (to check the model against) in sampled cells with every factor at once:
-    ``episodes`` held-out scenes per condition (four times as many sampled cells), the scripted expert pushing,
-    a frame every ``every`` of its first ``steps`` steps rendered in that cell and estimated."""
-    conditions = [(None, None)] + [(n, v) for n, v in factor_edges(ranges) if n not in UNSEEN_FACTORS]
-    conditions.append(("sampled", None))
+    each edge of its range, and (to check the model against) in sampled cells with every factor at once: on
+    every frame of the scripted expert's ``episodes`` held-out scenes per condition (four times as many sampled
+    cells, one per scene), rendered in that cell."""
+    edges = [(n, v) for n, v in factor_edges(ranges) if n not in UNSEEN_FACTORS]
+    conditions = [(CellRanges(), episodes)]
+    conditions += [(CellRanges().with_factors({n: (v, v)}), episodes) for n, v in edges]
+    conditions.append((ranges, SAMPLED_CELLS_PER_EPISODES * episodes))
     medians = []
-    for name, value in tqdm(conditions, desc="estimator error per factor", unit="cell", disable=not progress):
-        if name is None:
-            cells = CellRanges()
-        else:
-            cells = ranges if name == "sampled" else CellRanges().with_factors({name: (value, value)})
-        env = {**(env_kwargs or {}), "obs_mode": "image", "cells": cells}
-        n = SAMPLED_CELLS_PER_EPISODES * episodes if name == "sampled" else episodes  # a cell per episode
-        residuals = _residuals_in(policy.encoder, task, env, n, steps, every, seed, device)
+    for cells, n in tqdm(conditions, desc="estimator error per factor", unit="cell", disable=not progress):
+        _, demos = run_demos(task, n, seed, obs_mode="image", progress=False,
+                             env_overrides={**(env_kwargs or {}), "cells": cells})  # fmt: skip
+        frames = {cam: torch.from_numpy(demos.obs[f"image_{cam}"]) for cam in CAMERAS}
+        steps = np.arange(demos.n_steps)
+        estimates = estimate(policy.encoder, frames, camera_projections(policy.encoder, demos), steps, device)
+        residuals = estimates - true_task_state(demos.obs["proprio"])
         radii = [1000 * np.linalg.norm(residuals[:, part], axis=1) for part in (slice(0, 2), slice(2, 4))]
         medians.append([round(float(np.median(r)), 2) for r in radii])
-    (block, goal), edge_medians, (sampled_block, sampled_goal) = medians[0], medians[1:-1], medians[-1]
-    edges = [FactorEdge(n, float(v), b, g) for (n, v), (b, g) in zip(conditions[1:-1], edge_medians)]
-    return EstimateErrorModel(block, goal, edges, {"block_mm": sampled_block, "goal_mm": sampled_goal})
-
-
-def _residuals_in(encoder, task: str, env_kwargs: dict, episodes: int, steps: int, every: int, seed: int,
-                  device: str) -> np.ndarray:  # fmt: skip
-    """Estimate minus truth [N, 4] (m) on frames of the scripted expert's episodes in the env ``env_kwargs``."""
-    from diffpolicy_ros.sim import make_env, make_expert
-
-    env = make_env(task, **env_kwargs)
-    expert = make_expert(task, env)
-    frames: dict[str, list] = {cam: [] for cam in CAMERAS}
-    projections, truth = [], []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        expert.reset(np.random.default_rng(seed + episode))
-        for t in range(steps):
-            if t % every == 0:
-                for cam in CAMERAS:
-                    frames[cam].append(obs[f"image_{cam}"])
-                projections.append(obs["camera_projection"])
-                truth.append(np.asarray(obs["proprio"])[TASK_STATE_SLICE])
-            obs, _, terminated, truncated, _ = env.step(expert.act())
-            if terminated or truncated:
-                break
-    env.close()
-    stacked = {cam: torch.from_numpy(np.stack(frames[cam])) for cam in CAMERAS}
-    projection = torch.from_numpy(np.stack(projections).astype(np.float32)) if encoder.calibrated else None
-    return estimate(encoder, stacked, projection, np.arange(len(truth)), device) - np.stack(truth)
+    (block, goal), (sampled_block, sampled_goal) = medians[0], medians[-1]
+    measured = [FactorEdge(n, float(v), b, g) for (n, v), (b, g) in zip(edges, medians[1:-1])]
+    return EstimateErrorModel(block, goal, measured, {"block_mm": sampled_block, "goal_mm": sampled_goal})

@@ -12,8 +12,8 @@ cell file, at each edge of the factor's range, all measured by rendering frames 
 estimator (``rl/estimator.py: measure_error_model``). An episode's cell sets that episode's median: the nominal
 one scaled by the ratio of the factor that costs the estimator most in that cell, each factor's ratio taken in
 proportion to how far toward its edge the factor lies (log-linear). The worst factor, not the product of all:
-on the calibrated estimator across the shipped training cells the product predicted a median of 8.8 mm over
-sampled cells and the worst factor 4.2 mm, where the estimator measured 4.8 (docs/experiments.md). A ratio
+on the calibrated estimator across the shipped training cells the product predicted a median of 5.5 mm over
+sampled cells and the worst factor 4.6 mm, where the estimator measured 4.2 (docs/experiments.md). A ratio
 below 1 is read as 1: a factor is not taken to help.
 """
 
