@@ -1,7 +1,8 @@
-"""Test-wide environment: loopback-only ROS 2 traffic, a per-run domain id, a temp log dir, headless GL."""
+"""Test-wide environment: loopback-only ROS 2 traffic, a domain id per test, a temp log dir, headless GL."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -21,6 +22,23 @@ os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
 import diffpolicy_ros  # noqa: E402,F401  (selects the headless GL backend before mujoco loads)
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Every test gets a domain of its own (1..101, shuffled per run, reused only after 101 tests). Tests kill DDS
+# participants on purpose (a camera node, SIGKILL; a node the launcher gives up on), and Fast DDS's shared-memory
+# transport can keep what a killed process left half-written (a port, its lock) for the next participant that
+# opens the same port: the same domain's ports, reused by the next test's graph. Seen once in CI as a
+# safety_filter stuck in rcl_node_fini (the graph-leave message) until the launcher killed it.
+_DOMAINS = list(range(1, 102))
+random.Random(os.getpid()).shuffle(_DOMAINS)
+_NEXT_DOMAIN = itertools.cycle(_DOMAINS)
+
+
+@pytest.fixture(autouse=True)
+def ros_domain(monkeypatch) -> int:
+    """This test's ``ROS_DOMAIN_ID``: rclpy in the test process and every graph it starts inherit it."""
+    domain = next(_NEXT_DOMAIN)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    return domain
 
 
 def pytest_configure(config):

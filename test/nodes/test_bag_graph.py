@@ -18,7 +18,11 @@ from diffpolicy_ros.bench.safety import constant_velocity_checkpoint
 from diffpolicy_ros.data.bag_io import bag_info, read_messages
 
 REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def env() -> dict[str, str]:
+    """The test's environment (its own ROS domain, test/conftest.py) with the package importable."""
+    return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def test_record_play_record_gives_back_the_same_messages(tmp_path, demo_bag):
     topics = [t for t in bag_info(demo_bag).topics if t != C.CLOCK_TOPIC]  # the player publishes its own clock
     recorder = subprocess.Popen(
         [sys.executable, "-m", "diffpolicy_ros.cli", "record", str(again), "--duration", "25", "--topics", *topics],
-        env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     seen = []  # the recorder is up (it logs once at start) before anything is played
     while not any("recording" in line for line in seen) and recorder.poll() is None:
@@ -55,7 +59,7 @@ def test_record_play_record_gives_back_the_same_messages(tmp_path, demo_bag):
     player = subprocess.run(
         [sys.executable, "-m", "diffpolicy_ros.nodes.bag_player", "--ros-args", "-p", f"bag:={demo_bag}",
          "-p", "rate:=4.0", "-p", "delay_s:=5.0"],
-        env=ENV, capture_output=True, text=True, timeout=60,
+        env=env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert player.returncode == 0, player.stderr
     recorder.wait(timeout=60)
@@ -74,7 +78,7 @@ def test_replay_eval_report_agrees_with_offline_eval_bag(tmp_path, demo_bag):
     launch = subprocess.run(
         [sys.executable, "-m", "diffpolicy_ros.cli", "launch", "replay_eval", f"bag:={demo_bag}",
          f"checkpoint:={ckpt}", f"out:={out}", "delay_s:=6.0"],
-        env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-2000:]
     replay = json.loads((out / "report.json").read_text())
@@ -111,7 +115,7 @@ def test_bag_player_plays_like_ros2_bag_play(tmp_path, demo_bag, spin_until):
         [sys.executable, "-m", "diffpolicy_ros.nodes.bag_player", "--ros-args", "-p", f"bag:={demo_bag}",
          "-p", "rate:=2.0", "-p", f"start_offset_s:={offset}", "-p", "delay_s:=5.0",
          "-r", "/joint_states:=/replayed/joint_states"],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     rclpy.init()
     node = Node("player_probe")
@@ -152,7 +156,7 @@ def test_replay_eval_of_a_cell_bag_with_a_cold_kernel_cache_reports(tmp_path, de
     (tmp_path / "ur_cell.yaml").write_text(cell_bags.TOPIC_MAP)
     ckpt = constant_velocity_checkpoint(tmp_path / "forward.pt", (0.05, 0.02, 0.0))
     out = tmp_path / "replay"
-    cold = {**ENV, "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}  # nothing built yet
+    cold = {**env(), "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}  # nothing built yet
     launch = subprocess.run(
         [sys.executable, "-m", "diffpolicy_ros.cli", "launch", "replay_eval", f"bag:={tmp_path / 'cell'}",
          f"checkpoint:={ckpt}", f"out:={out}", f"topic_map:={tmp_path / 'ur_cell.yaml'}"],
@@ -172,7 +176,7 @@ def test_replay_eval_without_a_policy_fails_with_a_reason_a_script_can_read(tmp_
     launch = subprocess.run(
         [sys.executable, "-m", "diffpolicy_ros.cli", "launch", "replay_eval", f"bag:={demo_bag}",
          f"checkpoint:={tmp_path / 'missing.pt'}", f"out:={out}", "ready_timeout_s:=15"],
-        env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert launch.returncode == 1, launch.stdout[-3000:]
     report = json.loads((out / "report.json").read_text())
@@ -192,7 +196,7 @@ def test_replay_eval_stopped_with_ctrl_c_reports_what_was_played(tmp_path, demo_
     log_path = tmp_path / "graph.log"
     with open(log_path, "w") as log:
         graph = spawn_graph("replay_eval", {"bag": str(demo_bag), "checkpoint": str(ckpt), "out": str(out),
-                                            "rate": "0.25"}, ENV, stdout=log, cwd=str(tmp_path))  # fmt: skip
+                                            "rate": "0.25"}, env(), stdout=log, cwd=str(tmp_path))  # fmt: skip
         deadline = time.monotonic() + 180
         while "playing in" not in log_path.read_text() and time.monotonic() < deadline and graph.poll() is None:
             time.sleep(0.2)
