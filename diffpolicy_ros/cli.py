@@ -223,7 +223,8 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
             raise UserError(f"--topic-map {args.topic_map} names a cell's topics in bags; --data {data} is a .npz")
         fusion = policy_spec(run.policy).active().fusion
         task_state = fusion.use_task_state or fusion.aux_task_state_weight > 0  # inputs, or the auxiliary labels
-        data, summary = dataset_from_bags(data, topic_map, task_state, warn=_warn)
+        calibrated = fusion.task_state_estimator == "calibrated"  # needs each camera's calibration, per step
+        data, summary = dataset_from_bags(data, topic_map, task_state, warn=_warn, calibration=calibrated or None)
         _warn(f"from bags: {summary}")
     resume = args.resume
     if resume == "auto":  # the newest BC run under --run-dir; say which, or that there is none

@@ -19,7 +19,7 @@ from diffpolicy_ros.bags.replay import Command, Episode, walk_bag
 from diffpolicy_ros.data.bag_io import BagError, bag_info
 from diffpolicy_ros.data.episodes import EpisodeDataset, EpisodeRecorder
 from diffpolicy_ros.messages.observation import RawInputs
-from diffpolicy_ros.messages.topic_map import TopicMap
+from diffpolicy_ros.messages.topic_map import CALIBRATION_ROLES, TopicMap
 
 EPISODE_GAP_S = 0.5
 
@@ -49,11 +49,20 @@ def dataset_from_bags(
     task_state: bool = True,
     max_age: float = 0.35,
     warn=print,
+    calibration: bool | None = None,
 ) -> tuple[EpisodeDataset, dict]:
-    """The dataset and a summary (bags, steps, skipped commands)."""
-    keys = ("proprio", *(f"image_{c}" for c in C.CAMERAS))
+    """The dataset and a summary (bags, steps, skipped commands). ``calibration``: each step's
+    ``camera_projection`` (what a calibrated policy trains on, as ``demo --images`` records it) from every
+    camera's CameraInfo and optical-frame pose in the bags; True requires them (a bag without them is refused
+    naming the topics), None takes them where every bag holds them."""
+    bags = bag_paths(path)
+    maps = [(topic_map or TopicMap()).for_bag(bag_info(bag).topics) for bag in bags]
+    calibrated = calibration
+    if calibrated is None:
+        calibrated = all(all(m.topics[r] in bag_info(b).topics for r in CALIBRATION_ROLES) for b, m in zip(bags, maps))
+    keys = ("proprio", *(f"image_{c}" for c in C.CAMERAS), *(("camera_projection",) if calibrated else ()))
     recorder = EpisodeRecorder(keys)
-    skipped, steps_in_episode, bags = 0, 0, bag_paths(path)
+    skipped, steps_in_episode = 0, 0
     episode: dict = {}
 
     def close_episode() -> None:
@@ -68,11 +77,11 @@ def dataset_from_bags(
             )
         steps_in_episode = 0
 
-    for bag in bags:
+    for bag, topics in zip(bags, maps):
         last_t = None
-        topics = (topic_map or TopicMap()).for_bag(bag_info(bag).topics)
         inputs = RawInputs(topics.inputs())
-        for event in walk_bag(bag, inputs, True, task_state, topics.command, max_age=max_age, warn=warn):
+        walk = walk_bag(bag, inputs, True, task_state, topics.command, None, max_age, warn, need_calibration=calibrated)
+        for event in walk:
             if isinstance(event, Episode):
                 if event.mark.get("event") == "start":
                     close_episode()
@@ -98,4 +107,5 @@ def dataset_from_bags(
         dataset = recorder.to_dataset({"task": "push", "obs_mode": "image", "source": [str(b) for b in bags]})
     except ValueError as exc:
         raise BagError(f"{path}: no usable steps (every command lacked a fresh observation: {skipped})") from exc
-    return dataset, {"bags": len(bags), "steps": dataset.n_steps, "episodes": dataset.n_episodes, "skipped": skipped}
+    summary = {"bags": len(bags), "steps": dataset.n_steps, "episodes": dataset.n_episodes, "skipped": skipped}
+    return dataset, {**summary, "calibrated": calibrated}

@@ -44,6 +44,7 @@ def evaluate_bag(
     policy, ckpt = load_policy(checkpoint, device)
     fusion = policy.config.fusion
     need_images, need_task_state = bool(fusion.use_images), bool(fusion.use_task_state)
+    need_calibration = bool(getattr(policy.encoder, "calibrated", False))  # the cameras' CameraInfo and poses
     execute = checkpoint_meta(ckpt).execute_horizon
     info = bag_info(bag)
     topics = (topic_map or TopicMap()).for_bag(info.topics)  # the cell's names; cameras raw or compressed
@@ -58,7 +59,8 @@ def evaluate_bag(
     unobserved = {"waiting": 0, "stale": 0, "between_episodes": 0}
     cmd_t, cmd_v, episode_starts = [], [], []
     in_episode = True  # a bag without episode markers is one long episode
-    for event in walk_bag(bag, inputs, need_images, need_task_state, command_topic, rate_hz, max_age, warn=warn):
+    walk = walk_bag(bag, inputs, need_images, need_task_state, command_topic, rate_hz, max_age, warn, need_calibration)
+    for event in walk:
         if isinstance(event, Tick):
             if not isinstance(event.obs, str):
                 observations.append(event.obs[0])

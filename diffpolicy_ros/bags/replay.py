@@ -20,6 +20,7 @@ from diffpolicy_ros import contract as C
 from diffpolicy_ros.data.bag_io import EPISODE_TOPIC, BagError, bag_info, read_messages, require_topics
 from diffpolicy_ros.messages.conversions import MessageError, stamp_to_sec, twist_vector
 from diffpolicy_ros.messages.observation import RawInputs
+from diffpolicy_ros.messages.topic_map import CALIBRATION_ROLES
 
 NS = 1_000_000_000
 
@@ -43,9 +44,12 @@ class Episode:
     mark: dict
 
 
-def needed_topics(inputs: RawInputs, need_images: bool, need_task_state: bool) -> list[str]:
+def needed_topics(
+    inputs: RawInputs, need_images: bool, need_task_state: bool, need_calibration: bool = False
+) -> list[str]:
     roles = ["joint_states", "instruction"] + (["object_pose", "goal_pose"] if need_task_state else [])
     roles += ["image_top", "image_side"] if need_images else []
+    roles += list(CALIBRATION_ROLES) if need_calibration else []
     role_topic = {r: t for t, r in inputs.topic_role.items()}
     return [role_topic[r] for r in roles]
 
@@ -59,13 +63,16 @@ def walk_bag(
     tick_hz: float | None = None,
     max_age: float = 0.35,
     warn=print,
+    need_calibration: bool = False,
 ) -> Iterator[Command | Tick | Episode]:
+    """``need_calibration``: observations carry ``camera_projection``, from each camera's CameraInfo and
+    optical-frame pose in the bag (a calibrated policy's input)."""
     info = bag_info(path)
-    require_topics(info, [*needed_topics(inputs, need_images, need_task_state), command_topic])
+    require_topics(info, [*needed_topics(inputs, need_images, need_task_state, need_calibration), command_topic])
 
     def observe(t: float) -> tuple[dict, float] | str:
         try:
-            return inputs.observe(t, max_age, need_images, need_task_state)
+            return inputs.observe(t, max_age, need_images, need_task_state, need_calibration)
         except MessageError as exc:
             return str(exc)
 

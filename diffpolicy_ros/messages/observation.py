@@ -17,7 +17,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from diffpolicy_ros import contract as C
-from diffpolicy_ros.calibration import CameraCalibration, CameraPose, projections
+from diffpolicy_ros.calibration import CameraCalibration, CameraPose, model_intrinsics, projections
 from diffpolicy_ros.messages.conversions import (
     MessageError,
     image_to_rgb,
@@ -27,6 +27,8 @@ from diffpolicy_ros.messages.conversions import (
     pose_xy,
     stamp_to_sec,
 )
+from diffpolicy_ros.messages.topic_map import CALIBRATION_ROLES
+from diffpolicy_ros.messages.topic_map import ROLES as TOPIC_ROLES
 
 
 def prepare_image(rgb: np.ndarray, size: int, crop_square: bool) -> np.ndarray:
@@ -67,7 +69,6 @@ INPUT_SOURCES = {
     **{f"camera_pose_{c}": (C.camera_pose_topic(c), "the sim bridge, or on a cell camera_node's camera_calibration "
        "(a hand-eye calibration: real_arm camera_calibration:=FILE)") for c in C.CAMERAS},
 }  # fmt: skip
-CALIBRATION_PARTS = tuple(f"camera_{part}_{c}" for c in C.CAMERAS for part in ("info", "pose"))
 TASK_STATE_FIX = (
     "this policy reads the block and goal poses: in HIL add hil_task_state:=true; on a cell, publish them from "
     "a perception source; or deploy the vision policy (make vision-policy), which reads the cameras instead"
@@ -100,11 +101,11 @@ def assemble_observation(
     state, not samples, so they have no age."""
     parts = ["joints", "instruction"] + (["object", "goal"] if need_task_state else [])
     parts += [f"image_{c}" for c in C.CAMERAS] if need_images else []
-    parts += list(CALIBRATION_PARTS) if need_calibration else []
+    parts += list(CALIBRATION_ROLES) if need_calibration else []
     missing = [p for p in parts if p not in latest]
     if missing:
         raise MissingInputs(missing)
-    stamps = {p: latest[p][0] for p in parts if p != "instruction" and p not in CALIBRATION_PARTS}
+    stamps = {p: latest[p][0] for p in parts if p != "instruction" and p not in CALIBRATION_ROLES}
     stale = {p: round(now - t, 3) for p, t in stamps.items() if now - t > max_age}
     if stale:
         raise MessageError(f"stale inputs (age s): {stale}")
@@ -202,14 +203,7 @@ class RawInputs:
     """camera_node + proprio_node + the policy node's cache, for raw topics read without a graph. ``offer``
     takes (topic, message); topics are the contract's unless mapped (``topics``: role -> topic)."""
 
-    ROLES = {
-        "image_top": C.raw_camera_topic("top"),
-        "image_side": C.raw_camera_topic("side"),
-        "joint_states": C.JOINT_STATES_TOPIC,
-        "object_pose": C.OBJECT_POSE_TOPIC,
-        "goal_pose": C.GOAL_POSE_TOPIC,
-        "instruction": C.INSTRUCTION_TOPIC,
-    }
+    ROLES = {role: topic for role, topic in TOPIC_ROLES.items() if role != "command"}
 
     def __init__(
         self,
@@ -254,7 +248,18 @@ class RawInputs:
             return reason
         if role in ("object_pose", "goal_pose"):
             return self.cache.on_pose(role.removesuffix("_pose"), msg)
+        if role.startswith("camera_info_"):  # the driver's lens -> the model image's, as camera_node does
+            try:
+                k, width, height = info_intrinsics(msg)
+            except MessageError as exc:
+                return f"{role}: {exc}"
+            k = model_intrinsics(k, width, height, C.IMAGE_SIZE, self.crop)
+            return self.cache.store(role, -np.inf, (tuple(k.ravel().tolist()), C.IMAGE_SIZE, C.IMAGE_SIZE))
+        if role.startswith("camera_pose_"):
+            return self.cache.on_camera_pose(role.removeprefix("camera_pose_"), msg)
         return self.cache.on_instruction(msg)
 
-    def observe(self, now: float, max_age: float, need_images: bool, need_task_state: bool) -> tuple[dict, float]:
-        return assemble_observation(self.cache.latest, now, max_age, need_images, need_task_state)
+    def observe(
+        self, now: float, max_age: float, need_images: bool, need_task_state: bool, need_calibration: bool = False
+    ) -> tuple[dict, float]:
+        return assemble_observation(self.cache.latest, now, max_age, need_images, need_task_state, need_calibration)

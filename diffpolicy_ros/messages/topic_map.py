@@ -8,7 +8,11 @@ the cell uses, shared by ``eval-bag``, ``train-bc --data``, ``record`` (``--topi
     joint_states: /ur/joint_states
     command: /servo_node/delta_twist_cmds            # the recorded commands a policy is scored against
 
-A camera whose raw topic a bag lacks is read from ``<topic>/compressed`` when the bag holds that instead.
+A camera whose raw topic a bag lacks is read from ``<topic>/compressed`` when the bag holds that instead. A
+camera's CameraInfo (``camera_info_<cam>``) defaults to the topic image_transport pairs with its image
+(``/ns/image_raw[/compressed]`` -> ``/ns/camera_info``); its optical-frame pose (``camera_pose_<cam>``,
+geometry_msgs/PoseStamped, the hand-eye calibration) to the contract's ``/cameras/<cam>/optical_pose``. Both are
+read only for a calibrated policy (docs/cells.md).
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ ROLES: dict[str, str] = {
     "goal_pose": C.GOAL_POSE_TOPIC,
     "instruction": C.INSTRUCTION_TOPIC,
     "command": C.CMD_TWIST_TOPIC,
+    **{f"camera_info_{cam}": C.camera_info_topic(cam) for cam in C.CAMERAS},
+    **{f"camera_pose_{cam}": C.camera_pose_topic(cam) for cam in C.CAMERAS},
 }
+CALIBRATION_ROLES = tuple(f"camera_{part}_{cam}" for cam in C.CAMERAS for part in ("info", "pose"))
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,12 @@ class TopicMap:
         bad = {k: v for k, v in data.items() if not isinstance(v, str) or not v.startswith("/")}
         if bad:
             raise UserError(f"topic map {path}: topics must be absolute names (/...), got {bad}")
-        return cls({**ROLES, **data})
+        paired = {  # a camera mapped elsewhere: its CameraInfo beside it, unless the file says where
+            f"camera_info_{cam}": C.paired_camera_info_topic(data[f"image_{cam}"])
+            for cam in C.CAMERAS
+            if f"image_{cam}" in data and f"camera_info_{cam}" not in data
+        }
+        return cls({**ROLES, **paired, **data})
 
     @property
     def command(self) -> str:

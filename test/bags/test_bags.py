@@ -201,3 +201,33 @@ def test_a_bag_recorded_across_cells_carries_each_episodes_cell_into_the_dataset
     _, recorded = run_demos("push", 2, seed=3, obs_mode="image", progress=False, env_overrides={"cells": ranges})
     assert [json.loads(c) for c in from_bag.episode["cell"]] == [json.loads(c) for c in recorded.episode["cell"]]
     np.testing.assert_array_equal(from_bag.obs["image_top"], recorded.obs["image_top"])  # rendered in that cell
+    # each camera's CameraInfo and optical pose in the bag give the projection a calibrated policy reads: the
+    # cell's own (its cameras moved, turned, zoomed), as `demo --images` records it
+    np.testing.assert_allclose(from_bag.obs["camera_projection"], recorded.obs["camera_projection"], atol=1e-3)
+
+
+@pytest.mark.slow
+def test_a_calibrated_policy_trains_on_bags_and_eval_bag_feeds_it_the_cameras_calibration(tmp_path, demo_bag):
+    """A calibrated vision policy reads each camera's projection: `train-bc --data BAG` builds it from the bag's
+    CameraInfo and optical-frame poses, `eval-bag` feeds the policy the same way at every tick, and a bag (or a
+    topic map) without them is refused naming the topics it lacks."""
+    import os
+    import subprocess
+    import sys
+
+    from diffpolicy_ros.messages.topic_map import ROLES, TopicMap
+
+    repo = Path(__file__).resolve().parents[2]
+    args = ["train-bc", "--data", demo_bag, "--config", repo / "config/policy/diffusion_vision_calibrated.yaml",
+            "--iters", "2", "--estimator-iters", "2", "--eval-every", "2", "--final-eval-episodes", "1",
+            "--run-dir", tmp_path / "r", "--json"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-m", "diffpolicy_ros.cli", *map(str, args)], env=env, timeout=300,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    checkpoint = next((tmp_path / "r").glob("*/checkpoints/last.pt"))
+    report = evaluate_bag(demo_bag, checkpoint, samples=1, ddim_steps=2)
+    assert report["stale_inputs"] == 0 and report["coverage"] > 0.9 and report["chunks"] > 50, report
+    lens_elsewhere = TopicMap({**ROLES, "camera_info_top": "/nowhere/camera_info"})
+    with pytest.raises(BagError, match="/nowhere/camera_info"):
+        evaluate_bag(demo_bag, checkpoint, topic_map=lens_elsewhere)
