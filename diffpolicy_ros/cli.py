@@ -267,9 +267,12 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from diffpolicy_ros.eval.plots import plot_run
+    from diffpolicy_ros.eval.plots import plot_run, plot_runs
 
-    print(plot_run(args.run_dir, args.out))
+    if len(args.run_dir) == 1:
+        print(plot_run(args.run_dir[0], args.out))
+    else:
+        print(plot_runs(args.run_dir, args.out or Path("compare.png")))
     return 0
 
 
@@ -642,10 +645,16 @@ def _add_train_ppo(sub: argparse._SubParsersAction) -> None:
 
 def _add_plot(sub: argparse._SubParsersAction) -> None:
     plot = sub.add_parser(
-        "plot", formatter_class=_HelpFormatter, help="write RUN_DIR/curves.png from a training run's metrics.csv"
+        "plot",
+        formatter_class=_HelpFormatter,
+        help="write RUN_DIR/curves.png from a training run's metrics.csv; with several PPO runs, their held-out "
+        "evaluations in one plot (e.g. the diffusion and the Gaussian head)",
     )
-    plot.add_argument("run_dir", type=InputPath(RUN_DIR))
-    plot.add_argument("--out", type=OutputPath("file", "plot"), default=None, help="default: RUN_DIR/curves.png")
+    plot.add_argument("run_dir", type=InputPath(RUN_DIR), nargs="+")
+    plot.add_argument(
+        "--out", type=OutputPath("file", "plot"), default=None,
+        help="default: RUN_DIR/curves.png (one run), compare.png (several)",
+    )  # fmt: skip
     plot.set_defaults(func=cmd_plot)
 
 
@@ -992,7 +1001,8 @@ def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         if value is None or not isinstance(action.type, (InputPath, OutputPath)):
             continue
         try:
-            action.type.check(value)
+            for one in value if isinstance(value, list) else [value]:  # nargs: each path
+                action.type.check(one)
         except UserError as exc:
             raise UserError(f"argument {'/'.join(action.option_strings) or action.dest}: {exc}") from None
 

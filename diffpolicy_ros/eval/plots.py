@@ -69,6 +69,28 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
+def run_head(run_dir: str | Path) -> str:
+    """The policy head a run trained ("diffusion", "gaussian"), from the newest checkpoint it wrote; '' if none."""
+    from diffpolicy_ros.models.checkpoint import load_checkpoint
+
+    checkpoints = sorted(Path(run_dir, "checkpoints").glob("*.pt"), key=lambda f: f.stat().st_mtime)
+    return str(load_checkpoint(checkpoints[-1])["policy_spec"]["kind"]) if checkpoints else ""
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Several PPO runs' held-out evaluations in one plot (success against env steps), each labelled with its
+    head and folder: both heads of a comparison, or one head across recipes, side by side."""
+    curves = {}
+    for run_dir in run_dirs:
+        rows = read_metrics(run_dir)
+        if "env_steps" not in rows[0]:
+            raise UserError(f"{run_dir}: a BC run (curves against iterations); compare PPO runs, or plot it alone")
+        xs, ys = _series(rows, "env_steps", "eval_success_rate")
+        head = run_head(run_dir)
+        curves[f"{head}: {Path(run_dir).name}" if head else Path(run_dir).name] = list(zip(xs, ys))
+    return plot_success_vs_steps(curves, out, "held-out evaluations")
+
+
 def plot_success_vs_steps(
     curves: dict[str, list[tuple[int, float]]], out: str | Path, title: str, episodes: int | None = None
 ) -> Path:

@@ -340,6 +340,27 @@ def test_train_ppo_command_and_plot(tmp_path, run_cli):
 
 
 @pytest.mark.quick
+def test_plot_of_two_runs_puts_both_heads_held_out_evaluations_in_one_png(tmp_path, run_cli, monkeypatch):
+    """`diffpolicy plot RUN_A RUN_B`: each PPO run's held-out evaluations against env steps, labelled with the head
+    its checkpoints hold, in one PNG (the diffusion-vs-Gaussian comparison a user makes)."""
+    from diffpolicy_ros import cli
+    from diffpolicy_ros.eval import plots
+
+    for kind in ("diffusion", "gaussian"):
+        train = {**TINY_RUN["train"], "total_env_steps": 320, "eval_every": 1}
+        config = tmp_path / f"{kind}.yaml"
+        config.write_text(yaml.safe_dump({**TINY_RUN, "policy": {**TINY_RUN["policy"], "kind": kind}, "train": train}))
+        run_cli("train-ppo", "--config", config, "--run-dir", tmp_path / f"run_{kind}")
+    drawn, draw = {}, plots.plot_success_vs_steps
+    monkeypatch.setattr(plots, "plot_success_vs_steps", lambda c, *a, **k: drawn.update(c) or draw(c, *a, **k))
+    out = tmp_path / "both.png"
+    assert cli.main(["plot", str(tmp_path / "run_diffusion"), str(tmp_path / "run_gaussian"), "--out", str(out)]) == 0
+    assert set(drawn) == {"diffusion: run_diffusion", "gaussian: run_gaussian"}
+    assert [x for x, _ in drawn["gaussian: run_gaussian"]] == [160, 320]  # an evaluation per iteration
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.quick
 def test_train_ppo_deploy_fine_tunes_in_the_sim_as_deployed_and_evaluates_as_deployed(tmp_path, run_cli):
     """train-ppo --deploy: a decision whenever the policy is free (one or two periods at 60-110 ms), the
     trainer's evaluations are eval --deploy's, and the deployment travels in the checkpoint."""
