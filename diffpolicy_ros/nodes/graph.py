@@ -277,7 +277,12 @@ KINDS: dict[str, A.Kind] = {
 
 
 # the policy node's own inputs, remapped in a replay when a cell names them otherwise
-ROLE_TOPICS = {"object_pose": C.OBJECT_POSE_TOPIC, "goal_pose": C.GOAL_POSE_TOPIC, "instruction": C.INSTRUCTION_TOPIC}
+ROLE_TOPICS = {
+    "object_pose": C.OBJECT_POSE_TOPIC,
+    "goal_pose": C.GOAL_POSE_TOPIC,
+    "instruction": C.INSTRUCTION_TOPIC,
+    **{f"camera_pose_{cam}": C.camera_pose_topic(cam) for cam in C.CAMERAS},  # a calibrated policy's
+}
 
 
 @dataclass
@@ -504,7 +509,9 @@ def replay_eval(a: dict) -> list[NodeSpec]:
     topics = topics.for_bag(bag_info(bag).topics)  # cameras raw or compressed, as the bag holds them
     cameras, proprio, policy = camera_nodes(), NodeSpec("proprio_node", "proprio_node"), policy_node(a)
     for cam in cameras:  # the camera node picks raw or compressed transport from the topic name
-        cam.parameters["input_topic"] = topics.topics[f"image_{cam.parameters['camera_name']}"]
+        name = cam.parameters["camera_name"]
+        cam.parameters["input_topic"] = topics.topics[f"image_{name}"]
+        cam.parameters["camera_info_topic"] = topics.topics[f"camera_info_{name}"]
     proprio.remappings.append((C.JOINT_STATES_TOPIC, topics.topics["joint_states"]))
     for role, contract_topic in ROLE_TOPICS.items():
         if topics.topics[role] != contract_topic:
