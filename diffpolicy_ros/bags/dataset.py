@@ -56,10 +56,11 @@ def dataset_from_bags(
     camera's CameraInfo and optical-frame pose in the bags; True requires them (a bag without them is refused
     naming the topics), None takes them where every bag holds them."""
     bags = bag_paths(path)
-    maps = [(topic_map or TopicMap()).for_bag(bag_info(bag).topics) for bag in bags]
+    held = [bag_info(bag).topics for bag in bags]
+    maps = [(topic_map or TopicMap()).for_bag(topics) for topics in held]
     calibrated = calibration
     if calibrated is None:
-        calibrated = all(all(m.topics[r] in bag_info(b).topics for r in CALIBRATION_ROLES) for b, m in zip(bags, maps))
+        calibrated = all(m.topics[r] in topics for m, topics in zip(maps, held) for r in CALIBRATION_ROLES)
     keys = ("proprio", *(f"image_{c}" for c in C.CAMERAS), *(("camera_projection",) if calibrated else ()))
     recorder = EpisodeRecorder(keys)
     skipped, steps_in_episode = 0, 0
