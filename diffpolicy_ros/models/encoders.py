@@ -159,12 +159,21 @@ class KeypointCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attend(x)[0]
+
+    def attend(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keypoints [B, 2K] and each one's spread [B, K]: the standard deviation of its attention map about
+        the keypoint (sqrt of the x and y variances' sum, in the same [-1, 1] units). A keypoint whose object is
+        hidden or unlike anything seen in training spreads its attention: the spread is its uncertainty."""
         logits = self.net(x)  # [B, K, h, w]
         b, k, h, w = logits.shape
         attention = torch.softmax(logits.flatten(2).float(), dim=-1).view(b, k, h, w)
         ys = torch.linspace(-1, 1, h, device=x.device)
         xs = torch.linspace(-1, 1, w, device=x.device)
-        return torch.cat([(attention.sum(2) * xs).sum(-1), (attention.sum(3) * ys).sum(-1)], dim=-1)
+        along_x, along_y = attention.sum(2), attention.sum(3)  # [B, K, w], [B, K, h]
+        mean_x, mean_y = (along_x * xs).sum(-1), (along_y * ys).sum(-1)
+        variance = (along_x * (xs - mean_x[..., None]) ** 2).sum(-1) + (along_y * (ys - mean_y[..., None]) ** 2).sum(-1)
+        return torch.cat([mean_x, mean_y], dim=-1), variance.sqrt()
 
 
 class HashedTextEncoder(nn.Module):

@@ -8,7 +8,7 @@ import torch
 
 from diffpolicy_ros.contract import PROPRIO_DIM, WORKSPACE_HIGH, WORKSPACE_LOW
 from diffpolicy_ros.models.encoders import KeypointCNN
-from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
+from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder, table_point
 
 pytestmark = pytest.mark.quick
 
@@ -102,8 +102,47 @@ def test_keypoint_soft_argmax_returns_the_expected_image_coordinates():
     assert out[0, 0].item() == pytest.approx(grid[24].item(), abs=1e-4)
     assert out[0, 2].item() == pytest.approx(grid[8].item(), abs=1e-4)
     assert out[0, 1].item() == pytest.approx(0.0, abs=1e-6) and out[0, 3].item() == pytest.approx(0.0, abs=1e-6)
+    _, spread = kp.attend(logits)
+    assert spread[0, 0].item() == pytest.approx(0.0, abs=1e-3)  # one sharp peak: certain
     logits[0, 0, 8, 25] = 50.0  # two equal peaks: the expectation lies between them, finer than a cell
-    assert kp(logits)[0, 0].item() == pytest.approx((grid[24] + grid[25]).item() / 2, abs=1e-4)
+    keypoints, spread = kp.attend(logits)
+    assert keypoints[0, 0].item() == pytest.approx((grid[24] + grid[25]).item() / 2, abs=1e-4)
+    assert spread[0, 0].item() == pytest.approx((grid[25] - grid[24]).item() / 2, abs=1e-4)  # half their distance
+    assert spread[0, 1].item() > 0.5  # an even map over the image: as uncertain as it gets
+
+
+def test_the_calibrated_estimator_trusts_the_camera_whose_attention_is_sharp():
+    """The sim's two calibrated cameras, each keypoint's attention given as logits: the top camera's is one sharp
+    peak per point, the side camera's is split between two far cells (a block it cannot see). The estimate is
+    the top camera's back-projected points; the cameras' plain mean would be centimetres off."""
+    from diffpolicy_ros.sim.push_env import PushEnv
+
+    env = PushEnv(obs_mode="image")
+    obs, _ = env.reset(seed=0)
+    env.close()
+    projection = torch.from_numpy(obs["camera_projection"])[None].float()  # [1, cameras, 3, 4]
+    cfg = FusionConfig(
+        dim=32, heads=2, layers=1, use_text=False, use_task_state=False, aux_task_state_weight=1.0,
+        estimate_task_state=True, image_tokens_per_camera=0, task_state_estimator="calibrated",
+    )  # fmt: skip
+    enc = MultimodalEncoder(cfg)
+    sharp, split = torch.full((1, 2, 32, 32), -50.0), torch.full((1, 2, 32, 32), -50.0)
+    sharp[0, 0, 12, 14] = sharp[0, 1, 20, 9] = 50.0  # block, goal: one cell each
+    split[0, :, 3, 3] = split[0, :, 28, 28] = 50.0  # both points: half their attention in each of two corners
+
+    class GivenLogits(torch.nn.Module):  # stands in for the CNN: the camera is told by its image
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            return sharp if image[0, 0, 0, 0] == 0 else split
+
+    enc.keypoints.net = GivenLogits()
+    images = [torch.zeros(1, 3, 128, 128), torch.ones(1, 3, 128, 128)]  # top, side
+    estimate = enc.estimate_task_state(images, projection)[0]
+    top, side = (
+        table_point(projection[:, i], (enc.point_keypoints(image) + 1) / 2 * 127, enc.point_heights)[0, :, :2].flatten()
+        for i, image in enumerate(images)
+    )
+    assert torch.allclose(estimate, top, atol=1e-3)  # within a millimetre of the camera that sees the points
+    assert (torch.linalg.norm((top - side).view(2, 2), dim=1) > 0.02).all()  # the mean would have moved them cm
 
 
 def _estimator_only_encoder() -> MultimodalEncoder:
