@@ -39,13 +39,16 @@ sim-train: setup
 	$(VENV)/bin/diffpolicy launch sim_train $(ARGS)
 
 # The policy `diffpolicy launch real_arm` loads by default: cameras + joint state + instruction, no block or
-# goal pose. 200 expert episodes with images within real_arm's limits (0.1 m/s, 0.5 m/s^2: motions the arm
-# behind its filter can follow; ~3 min), then staged BC: the block/goal estimator on the cameras, then the
-# actor on states (see config/policy/diffusion_vision.yaml; under half an hour on 2 cores with --threads 2).
+# goal pose, trained across the shipped training cells (config/cells/train.yaml: cameras moved, turned and zoomed,
+# lights, colours, image noise, block mass, friction and size). 200 expert episodes with images within
+# real_arm's limits (0.1 m/s, 0.5 m/s^2: motions the arm behind its filter can follow), each in a sampled cell
+# (~2 min), then staged BC: the calibrated block/goal estimator on the cameras, then the actor on states (see
+# config/policy/diffusion_vision_calibrated.yaml; under half an hour on 2 cores with --threads 2). The policy of
+# the sim's one world instead: config/policy/diffusion_vision.yaml (its header has the commands).
 vision-policy: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml --workers 2 \
-	  --out runs/vision/demos.npz --json
-	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision.yaml \
+	  --cells config/cells/train.yaml --out runs/vision/demos.npz --json
+	$(VENV)/bin/diffpolicy train-bc --data runs/vision/demos.npz --config config/policy/diffusion_vision_calibrated.yaml \
 	  --run-dir runs/vision $(ARGS)
 
 demo: setup

@@ -84,6 +84,9 @@ class BCConfig(Checked):
     # a new actor on the same cameras costs only its own stage. The measure is honest when the source trained
     # on the same demonstrations (the same held-out episodes)
     estimator_from: str = ""
+    # staged BC: the estimator's held-out errors are scaled by this before they move the actor's true positions
+    # (0: the actor trains on exact positions)
+    estimate_noise_scale: float = 1.0
     seed: int = 0
     device: str = "auto"
 
@@ -93,7 +96,7 @@ class BCConfig(Checked):
         "eval_every": COUNT, "first_checkpoint_iter": NON_NEGATIVE_INT, "eval_episodes": COUNT,
         "final_eval_episodes": COUNT, "execute_horizon": COUNT, "log_every": COUNT, "seed": NON_NEGATIVE_INT,
         "estimator_iters": NON_NEGATIVE_INT, "estimator_batch_size": COUNT, "estimator_lr": POSITIVE,
-        "estimator_holdout": FRACTION,
+        "estimator_holdout": FRACTION, "estimate_noise_scale": NON_NEGATIVE,
     }  # fmt: skip
 
 
@@ -329,7 +332,7 @@ def _train_bc(
             if cam in obs:
                 obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
         if estimator is not None:  # the true block and goal, off by an error the estimator made on held-out frames
-            noise = estimator.residuals[rng.integers(0, len(estimator.residuals), rank_batch)]
+            noise = cfg.estimate_noise_scale * estimator.residuals[rng.integers(0, len(estimator.residuals), rank_batch)]
             obs["task_state_estimate"] = torch.from_numpy(true_state[idx] + noise).to(device)
         actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
         losses.append(bc_step(policy, optimizer, obs, actions, cfg.grad_clip, dist))
