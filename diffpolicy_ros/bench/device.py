@@ -3,7 +3,7 @@ measured in one run (``scripts/device_check.sh`` runs it on a lent GPU or NPU ma
 
 - chunk latency p50/p99 at batch 1 of the default multimodal DDIM-10 policy and of the one-step actor
   (``config/policy/vision_few_step.yaml``), in fp32 and in bf16 (on the CPU bf16 runs the eager loop);
-- behaviour-cloning iterations per second of the vision recipe (``config/policy/diffusion_vision.yaml``): its
+- behaviour-cloning iterations per second of the vision recipe (``config/policy/diffusion_vision_calibrated.yaml``): its
   estimator stage (the cameras) and its actor stage (states), at the recipe's batch sizes, on a few recorded
   demonstrations;
 - PPO env steps per second: one iteration of ``config/train/push.yaml`` (the multimodal policy, untrained: the
@@ -28,7 +28,7 @@ from diffpolicy_ros.device import resolve_device
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
 from diffpolicy_ros.models.inference import ChunkPredictor
 
-VISION_RECIPE = "policy/diffusion_vision.yaml"
+VISION_RECIPE = "policy/diffusion_vision_calibrated.yaml"  # what make vision-policy trains
 ONE_STEP = "policy/vision_few_step.yaml"
 PPO_CONFIG = "train/push.yaml"
 
