@@ -106,7 +106,8 @@ SHRINK = {
                      "--rollout-steps", "2", "--no-cpu-reference"],
     "bench startup": ["demo_episodes:=2", "first_checkpoint_iter:=1"],
 }
-STAGED_CONFIGS = ("diffusion_vision.yaml", "diffusion_vision_calibrated.yaml")  # staged BC: the estimator is trained first (--estimator-iters)
+# staged BC: the estimator is trained first (--estimator-iters)
+STAGED_CONFIGS = ("diffusion_vision.yaml", "diffusion_vision_calibrated.yaml")
 
 
 def small(args: list[str]) -> list[str]:

@@ -332,7 +332,8 @@ def _train_bc(
             if cam in obs:
                 obs[cam] = random_shift(obs[cam], cfg.image_shift, gen)
         if estimator is not None:  # the true block and goal, off by an error the estimator made on held-out frames
-            noise = cfg.estimate_noise_scale * estimator.residuals[rng.integers(0, len(estimator.residuals), rank_batch)]
+            drawn = estimator.residuals[rng.integers(0, len(estimator.residuals), rank_batch)]
+            noise = cfg.estimate_noise_scale * drawn
             obs["task_state_estimate"] = torch.from_numpy(true_state[idx] + noise).to(device)
         actions = torch.from_numpy(targets[idx]).to(device, non_blocking=True)
         losses.append(bc_step(policy, optimizer, obs, actions, cfg.grad_clip, dist))
