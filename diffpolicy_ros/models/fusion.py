@@ -246,7 +246,7 @@ class MultimodalEncoder(nn.Module):
             keypoints, spread = self.keypoints.attend(image)
             span = _image_span(image)
             pixels = (_points_xy(keypoints) + 1) / 2 * span  # [B, 2 points, 2] (u, v; pixel centres at integers)
-            spread_px = spread[..., None] / 2 * span  # [B, 2 points, 2]: the spread along u and along v, in pixels
+            spread_px = spread[..., None] / 2 * span  # [B, 2 points, 2]: the keypoint's one spread in pixels of u, of v
             point = table_point(camera, pixels, self.point_heights)[..., :2]
             zero = torch.zeros_like(spread_px[..., 0])
             along_u, along_v = torch.stack([spread_px[..., 0], zero], -1), torch.stack([zero, spread_px[..., 1]], -1)
