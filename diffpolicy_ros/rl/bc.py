@@ -260,7 +260,7 @@ def _train_bc(
         lr_schedule.load_state_dict(state["lr_schedule"])
         ema.module.load_state_dict(resumed["model"])
         ema.n_averaged.fill_(max(1, start_it))  # an average under way: the next update blends, not copies
-        best = BestEvaluation(state.get("best_success"))
+        best = BestEvaluation(state.get("best_success"), state.get("best_episodes"))
         seed = np.random.SeedSequence([cfg.seed, dist.rank, start_it])  # not a replay of the run's first batches
         rng, stream = np.random.default_rng(seed), int(seed.generate_state(1)[0])
         gen = torch.Generator().manual_seed(stream)
@@ -294,6 +294,7 @@ def _train_bc(
                 "lr_schedule": lr_schedule.state_dict(),
                 "iter": it,
                 "best_success": best.success_rate,
+                "best_episodes": best.episodes,
             }
         path = save_checkpoint(run_dir / "checkpoints" / name, make_payload(spec, ema.module, meta, train_state))
         run_folder.wrote_checkpoint()

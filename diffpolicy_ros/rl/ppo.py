@@ -743,6 +743,7 @@ class PPOTrainer:
                 "env_steps": self.env_steps,
                 "nonfinite_updates": self.nonfinite_updates,
                 "best_success": self.best.success_rate,
+                "best_episodes": self.best.episodes,
                 "reward_centering": self.centerer.state_dict(),
                 "rng": rng,
             },
@@ -770,7 +771,8 @@ class PPOTrainer:
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         self.nonfinite_updates = int(state["nonfinite_updates"])
         best = state["best_success"]
-        self.best = BestEvaluation(None if best is None or best < 0 else float(best))  # < 0: older files, none yet
+        # < 0: older files, none yet; no episode count (older files): ranked by its rate
+        self.best = BestEvaluation(None if best is None or best < 0 else float(best), state.get("best_episodes"))
         self.centerer.load_state_dict(state["reward_centering"])
         rng = state["rng"]
         if len(rng) != self.dist.world_size:  # weights, optimizers, counters exact; sampling streams start anew

@@ -429,13 +429,20 @@ def test_best_pt_is_the_best_held_out_evaluation_never_a_rollouts_success(tmp_pa
 
 
 @pytest.mark.quick
-def test_best_evaluation_counts_only_evaluations_and_keeps_the_earlier_of_a_tie():
+def test_best_evaluation_counts_only_evaluations_trusts_more_episodes_and_keeps_the_earlier_of_a_tie():
     from diffpolicy_ros.rl.best import BestEvaluation, evaluation_record
 
     best = BestEvaluation()
     assert not best.offer({}) and not best.offer(None) and best.success_rate is None
     assert best.offer({"success_rate": 0.4}) and not best.offer({"success_rate": 0.4})
     assert best.offer({"success_rate": 0.7}) and not best.offer({"success_rate": 0.6}) and best.success_rate == 0.7
+    # more episodes are trusted further: the low ends of the 95 % intervals rank them, not the rates
+    sized = BestEvaluation()
+    assert sized.offer({"success_rate": 0.85, "episodes": 20})  # 17/20: 0.64 at the low end
+    assert sized.offer({"success_rate": 0.83, "episodes": 100})  # 83/100: 0.74
+    assert not sized.offer({"success_rate": 0.9, "episodes": 20}) and sized.episodes == 100  # 18/20: 0.70
+    same_size = {"success_rate": 0.84, "episodes": 100}
+    assert sized.offer(same_size) and not sized.offer(dict(same_size))  # one size: the rates rank them
     record = evaluation_record({"task": "push", "episodes": 50, "seed": 10_000, "success_rate": 0.8,
                                 "success_ci95": (0.67, 0.89), "per_episode": [], "wall_s": 3.0})  # fmt: skip
     assert record == {"task": "push", "episodes": 50, "seed": 10_000, "success_rate": 0.8, "success_ci95": [0.67, 0.89]}
