@@ -1,4 +1,5 @@
-"""The one meaning of "best": the highest success on a held-out evaluation.
+"""The one meaning of "best": the held-out evaluation whose success is highest at the low end of its 95 %
+interval (:class:`BestEvaluation`).
 
 BC's ``best.pt``, PPO's ``best.pt`` and the checkpoints the trainer node hands the robot all use
 :class:`BestEvaluation`. A rollout's own success (exploration noise, training seeds, a handful of episodes)
