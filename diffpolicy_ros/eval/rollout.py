@@ -88,16 +88,19 @@ def evaluate_policy(
                 env = wave[i]
                 done = False
                 video = videos.get(i)
-                if video is not None:
+                if video is None:  # the chunk in one call: the cameras render once, for the next decision
+                    obs[i], rewards, terminated, truncated, info = env.step_chunk(chunks[row].astype(np.float64))
+                    returns[i] += float(rewards.sum())
+                    done = terminated or truncated
+                else:  # step by step: a video frame for each
                     video.predicted(chunks[row], execute_horizon)
-                for action in chunks[row][:execute_horizon]:
-                    obs[i], reward, terminated, truncated, info = env.step(action.astype(np.float64))
-                    returns[i] += reward
-                    if video is not None:
+                    for action in chunks[row][:execute_horizon]:
+                        obs[i], reward, terminated, truncated, info = env.step(action.astype(np.float64))
+                        returns[i] += reward
                         video.add(reward)
-                    if terminated or truncated:
-                        done = True
-                        break
+                        if terminated or truncated:
+                            done = True
+                            break
                 if done:
                     if video is not None:
                         written.append(video.write(bool(info["is_success"])))

@@ -12,11 +12,17 @@ from gymnasium import spaces
 from diffpolicy_ros.contract import CHUNK_HORIZON
 
 
-def execute_chunk(step: Callable[[np.ndarray], tuple], actions: np.ndarray, execute_horizon: int):
+def execute_chunk(
+    step: Callable[[np.ndarray], tuple],
+    actions: np.ndarray,
+    execute_horizon: int,
+    observe: Callable[[], dict] | None = None,
+):
     """Call ``step`` on up to ``execute_horizon`` (validated) actions, stopping at termination/truncation.
 
     Returns ``(obs, rewards[k], terminated, truncated, info)`` with ``k`` the steps executed (also in
-    ``info['steps_executed']``); ``info`` is the last step's.
+    ``info['steps_executed']``); ``info`` is the last step's. ``observe``: ``step`` makes no observation and this
+    makes the chunk's one, at its end (a camera env renders once per chunk, not at every step a policy skips).
     """
     rewards = []
     for action in actions[:execute_horizon]:
@@ -25,6 +31,8 @@ def execute_chunk(step: Callable[[np.ndarray], tuple], actions: np.ndarray, exec
         if terminated or truncated:
             break
     info["steps_executed"] = len(rewards)
+    if observe is not None:
+        obs = observe()
     return obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, info
 
 

@@ -94,10 +94,11 @@ class DeployedChunkEnv(gym.Wrapper):
         busy_until = self.now + self.latency
         rewards = []
         while True:
-            obs, reward, terminated, truncated, info = self._run_period()
+            _, reward, terminated, truncated, info = self._run_period()
             rewards.append(reward)
             if terminated or truncated or self.now >= busy_until - 1e-9:
                 break
+        obs = self.env.unwrapped.observation()  # rendered once: the periods before the policy's next look go unseen
         padded = np.zeros(self.horizon, dtype=np.float32)
         padded[: len(rewards)] = rewards
         info["step_rewards"], info["steps_executed"] = padded, len(rewards)
@@ -114,7 +115,7 @@ class DeployedChunkEnv(gym.Wrapper):
                 self._held = self._executor_tick(now, core.pusher_position)
             velocities[k] = self._held
         self.now += self.period
-        return core.step_ticks(velocities)
+        return core.step_ticks(velocities, observe=False)
 
     def _executor_tick(self, now: float, pose: np.ndarray) -> np.ndarray:
         switched = False

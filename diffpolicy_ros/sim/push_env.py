@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 
 import gymnasium as gym
 import mujoco
@@ -209,7 +210,7 @@ class PushEnv(gym.Env):
         self._prev_d_pb = self._pusher_block_distance()
         self._prev_d_bg = self._block_goal_distance()
         self._route = "none"
-        return self._observation(), self._info(success=False)
+        return self.observation(), self._info(success=False)
 
     def step(self, action):
         action = self._validate_actions(action, (3,))
@@ -227,7 +228,9 @@ class PushEnv(gym.Env):
         actions = self._validate_actions(actions, (actions.shape[0], 3))
         if actions.shape[0] == 0:
             raise ValueError("action chunk is empty")
-        return execute_chunk(self._step_validated, actions, self.cfg.execute_horizon)
+        # the cameras render once, for the chunk's last step: the steps before it are not observed
+        step = partial(self._step_validated, observe=False)
+        return execute_chunk(step, actions, self.cfg.execute_horizon, observe=self.observation)
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -318,14 +321,16 @@ class PushEnv(gym.Env):
     def tick_dt(self) -> float:
         return self._tick_dt
 
-    def step_ticks(self, velocities):
+    def step_ticks(self, velocities, observe: bool = True):
         """One control step with a velocity per IK tick ([ik_ticks, 3], m/s): how a deployment's commands
-        reach the arm between policy steps (a 30 Hz executor behind the safety filter), not one value held."""
+        reach the arm between policy steps (a 30 Hz executor behind the safety filter), not one value held.
+        ``observe`` False: the observation is None (a step no policy reads; :meth:`observation` makes one)."""
         velocities = self._validate_actions(velocities, (self._ik_ticks, 3))
-        return self._step_validated(velocities)
+        return self._step_validated(velocities, observe)
 
-    def _step_validated(self, action: np.ndarray):
-        """``action``: one velocity held for the control step, or one per IK tick ([ik_ticks, 3])."""
+    def _step_validated(self, action: np.ndarray, observe: bool = True):
+        """``action``: one velocity held for the control step, or one per IK tick ([ik_ticks, 3]); ``observe``
+        False: no observation (None), so no rendering."""
         m, d, cfg = self.model, self.data, self.cfg
         per_tick = np.broadcast_to(action, (self._ik_ticks, 3))
         for tick in range(self._ik_ticks):
@@ -347,7 +352,8 @@ class PushEnv(gym.Env):
         self._update_route()
         terminated = bool(success or off_table)
         truncated = bool(self._t >= cfg.max_episode_steps and not terminated)
-        return self._observation(), float(reward), terminated, truncated, self._info(success, off_table)
+        obs = self.observation() if observe else None
+        return obs, float(reward), terminated, truncated, self._info(success, off_table)
 
     def _sample_goals(self, block_xy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         cfg = self.cfg
@@ -385,7 +391,8 @@ class PushEnv(gym.Env):
         rel = np.abs(pos[:2] - np.array(self.cfg.table_center))
         return bool(pos[2] < -0.01 or np.any(rel > np.array(self.cfg.table_half_extent)))
 
-    def _observation(self) -> dict:
+    def observation(self) -> dict:
+        """The observation of the arm and the scene as they are now (image mode: both cameras rendered)."""
         d = self.data
         block_xy = d.xpos[self._block_body][:2]
         goal_slot = self._goals.mean(axis=0) if self.cfg.two_goals else self._goals[0]

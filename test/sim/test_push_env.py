@@ -153,7 +153,35 @@ def test_step_chunk_matches_single_steps_and_respects_execute_horizon():
     assert info["steps_executed"] == len(rewards) == 8
     expected = [b.step(x)[1] for x in chunk[:8]]
     np.testing.assert_allclose(rewards, expected, rtol=1e-6)
-    assert np.array_equal(obs_a["proprio"], b._observation()["proprio"])
+    assert np.array_equal(obs_a["proprio"], b.observation()["proprio"])
+
+
+@pytest.mark.quick
+def test_a_camera_env_renders_once_per_chunk_and_per_deployed_decision():
+    """The steps inside a chunk (or a deployed decision's control periods) are not observed: the cameras render
+    once, for the state the policy looks at next, and that observation is what rendering it then gives."""
+    from diffpolicy_ros.safety.deployment import Deployment
+    from diffpolicy_ros.sim.deployed import DeployedChunkEnv
+
+    env = make_env("push", obs_mode="image")
+    core = env.unwrapped
+    renders = []
+    real_render = core.render_camera
+    core.render_camera = lambda cam: renders.append(cam) or real_render(cam)
+    env.reset(seed=3)
+    renders.clear()
+    obs, rewards, *_ = core.step_chunk(np.full((16, 3), 0.05))
+    assert len(rewards) == 4 and sorted(renders) == ["side", "top"]
+    again = core.observation()
+    assert all(np.array_equal(obs[f"image_{cam}"], again[f"image_{cam}"]) for cam in ("top", "side"))
+
+    deployed = DeployedChunkEnv(env, Deployment(max_speed=0.1, max_accel=0.5, executor_rate_hz=30.0,
+                                                latency_s=(0.15, 0.15)))  # fmt: skip
+    deployed.reset(seed=3)
+    renders.clear()
+    obs, _, _, _, info = deployed.step(np.full((16, 3), 0.05))
+    assert info["steps_executed"] == 2 and sorted(renders) == ["side", "top"]  # two periods, one look
+    assert np.array_equal(obs["proprio"], core.observation()["proprio"])
 
 
 @pytest.mark.quick
