@@ -102,3 +102,32 @@ def autocast_settings(device: str, enabled: bool = True) -> AutocastSettings:
     if kind == "npu":  # Ascend 910B runs bf16 natively; fp16 would need a GradScaler
         return AutocastSettings("npu", torch.bfloat16, True, False)
     raise UserError(f"unknown device {device!r}")
+
+
+TRAINING_PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def cpu_computes_bf16() -> bool:
+    """True on a CPU with bfloat16 arithmetic in hardware (AVX512-BF16 or AMX; Linux's /proc/cpuinfo flags).
+    Elsewhere oneDNN emulates bf16, and a bf16 step can be slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def training_autocast(precision: str, device: str) -> AutocastSettings:
+    """A gradient step's mixed precision: ``fp32`` off; ``bf16`` bfloat16 autocast on any device; ``auto``
+    bfloat16 where the device computes it natively (an NPU, a CUDA GPU that supports it, a CPU with AVX512-BF16
+    or AMX), fp32 elsewhere. The weights, their gradients, the optimizer and the EMA stay float32, and bf16 needs
+    no loss scaling."""
+    import torch
+
+    if precision not in TRAINING_PRECISIONS:
+        raise UserError(f"precision must be one of {TRAINING_PRECISIONS}, got {precision!r}")
+    kind = device_type(device)
+    native = {"cpu": cpu_computes_bf16, "cuda": torch.cuda.is_bf16_supported, "npu": lambda: True}
+    enabled = precision == "bf16" or (precision == "auto" and native.get(kind, lambda: False)())
+    return AutocastSettings(kind, torch.bfloat16, enabled, False)

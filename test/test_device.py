@@ -59,3 +59,20 @@ def test_autocast_settings_per_device(monkeypatch):
     cuda = dev.autocast_settings("cuda:0")
     assert cuda.dtype == torch.float16 and cuda.use_grad_scaler
     assert not dev.autocast_settings("cuda:0", enabled=False).enabled
+
+
+@pytest.mark.quick
+def test_training_autocast_runs_bf16_where_asked_or_where_the_device_computes_it(monkeypatch):
+    assert not dev.training_autocast("fp32", "cpu").enabled
+    forced = dev.training_autocast("bf16", "cpu")
+    assert forced.enabled and forced.dtype == torch.bfloat16 and not forced.use_grad_scaler
+    with torch.autocast(**forced.kwargs()):
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
+    for native in (True, False):
+        monkeypatch.setattr(dev, "cpu_computes_bf16", lambda native=native: native)
+        assert dev.training_autocast("auto", "cpu").enabled is native
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda native=native: native)
+        assert dev.training_autocast("auto", "cuda:0").enabled is native
+    assert dev.training_autocast("auto", "npu:0").enabled
+    with pytest.raises(UserError, match="precision must be one of"):
+        dev.training_autocast("fp16", "cpu")

@@ -25,6 +25,7 @@ def _seconds_per_step(config: str, threads: int, steps: int, queue: mp.Queue) ->
     """Child process: time ``steps`` BC steps with ``threads`` intra-op threads (0: torch's default)."""
     import torch
 
+    from diffpolicy_ros.device import training_autocast
     from diffpolicy_ros.models.factory import build_policy, policy_spec
     from diffpolicy_ros.models.obs import obs_to_torch
     from diffpolicy_ros.rl.bc import bc_step, load_bc_run
@@ -49,8 +50,10 @@ def _seconds_per_step(config: str, threads: int, steps: int, queue: mp.Queue) ->
     actions = torch.randn(batch, spec.active().horizon, action_dim)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=run.train.lr)
 
+    autocast = training_autocast(run.train.precision, "cpu")
+
     def step() -> None:
-        bc_step(policy, optimizer, obs_batch, actions, run.train.grad_clip)
+        bc_step(policy, optimizer, obs_batch, actions, run.train.grad_clip, autocast=autocast)
 
     for _ in range(2):  # warm-up: allocator, OpenMP pool
         step()

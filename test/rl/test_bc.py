@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.data.augmentation import random_shift
 from diffpolicy_ros.data.episodes import EpisodeDataset
 from diffpolicy_ros.models.checkpoint import CheckpointError, load_checkpoint, load_policy, save_checkpoint
@@ -69,6 +70,27 @@ def test_train_bc_writes_a_loadable_checkpoint_and_logs(demos, tmp_path):
     assert [r.split(",")[0] for r in rows] == ["10", "20", "30"]  # a row at every log step, not only evaluations
     assert rows[0].split(",")[3] == "" and rows[-1].split(",")[3] != ""  # evaluation columns when evaluated
     assert any((tmp_path / "run" / "tb").iterdir())
+
+
+@pytest.mark.quick
+def test_bf16_training_learns_as_fp32_does_and_keeps_float32_weights(demos, tmp_path):
+    """precision bf16: the forward runs in bfloat16 (the losses differ from fp32's), the loss falls as far, and
+    the checkpoint a robot loads is float32."""
+    results = {}
+    for precision in ("fp32", "bf16"):
+        train = BCConfig(iters=120, batch_size=16, warmup_iters=10, eval_every=120, final_eval_episodes=1, log_every=20,
+                         precision=precision, device="cpu")  # fmt: skip
+        results[precision] = train_bc(BCRun(policy=TINY_POLICY, train=train), demos, tmp_path / precision,
+                                      progress=False)  # fmt: skip
+    fp32, bf16 = results["fp32"]["final_loss"], results["bf16"]["final_loss"]
+    assert bf16 != fp32  # the precision reached the step
+    assert abs(bf16 - fp32) < 0.3 * fp32
+    first_rows = {p: (tmp_path / p / "metrics.csv").read_text().splitlines()[1] for p in results}
+    assert all(float(row.split(",")[1]) > 1.4 * results[p]["final_loss"] for p, row in first_rows.items())
+    ckpt = load_checkpoint(results["bf16"]["checkpoint"])
+    assert all(v.dtype == torch.float32 for v in ckpt["model"].values() if v.is_floating_point())
+    with pytest.raises(ConfigError, match="precision"):
+        BCConfig(precision="fp16")
 
 
 @pytest.mark.quick

@@ -115,9 +115,9 @@ def test_staged_bc_trains_the_actor_on_states_and_keeps_the_estimator(image_demo
 
     batches = []
 
-    def recording_bc_step(policy, optimizer, obs, actions, grad_clip, dist):
+    def recording_bc_step(policy, optimizer, obs, actions, grad_clip, dist, autocast=None):
         batches.append(set(obs))
-        return real_bc_step(policy, optimizer, obs, actions, grad_clip, dist)
+        return real_bc_step(policy, optimizer, obs, actions, grad_clip, dist, autocast)
 
     monkeypatch.setattr(bc_module, "train_estimator", recording_train_estimator)
     monkeypatch.setattr(bc_module, "bc_step", recording_bc_step)
