@@ -43,7 +43,7 @@ sim-train: setup
 # lights, colours, image noise, block mass, friction and size). 200 expert episodes with images within
 # real_arm's limits (0.1 m/s, 0.5 m/s^2: motions the arm behind its filter can follow), each in a sampled cell
 # (~2 min), then staged BC: the calibrated block/goal estimator on the cameras, then the actor on states (see
-# config/policy/diffusion_vision_calibrated.yaml; about 37 min on 2 cores with --threads 2). The policy of
+# config/policy/diffusion_vision_calibrated.yaml; about 34 min on 2 cores with --threads 2). The policy of
 # the sim's one world instead: config/policy/diffusion_vision.yaml (its header has the commands).
 vision-policy: setup
 	$(VENV)/bin/diffpolicy demo --episodes 200 --seed 0 --images --deploy config/real_arm.yaml --workers 2 \
