@@ -1,7 +1,7 @@
 """Closed-loop evaluation as deployed (``diffpolicy eval --deploy FILE``): the policy decides in the sim as
 deployed (:mod:`diffpolicy_ros.sim.deployed`: the executor and the safety-filter core of the ``real_arm``
-graph, with the cell's latency), one chunk whenever it is free, continuing the chunk that plays when the
-deployment asks for real-time chunking."""
+graph, with the cell's latency), one chunk every re-plan interval (the deployment's ``replan_steps``), continuing
+the chunk that plays when the deployment asks for real-time chunking."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def evaluate_deployed(
         "mean_length": float(np.mean(lengths)),
         "deployment": {"max_speed": deployment.max_speed, "max_accel": deployment.max_accel,
                        "executor_rate_hz": deployment.executor_rate_hz, "blend_s": deployment.blend_s,
-                       "real_time_chunking": deployment.real_time_chunking,
+                       "real_time_chunking": deployment.real_time_chunking, "replan_steps": deployment.replan_steps,
                        "latency_ms": [round(x * 1e3) for x in deployment.latency_s]},  # fmt: skip
         "latency_ms_mean": round(float(np.mean(latencies)) * 1e3, 1),
         "switch_jump_mean": round(float(np.mean(jumps)), 4) if jumps else 0.0,

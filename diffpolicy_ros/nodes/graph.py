@@ -53,6 +53,7 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "seed": "0",  # episode i of the sim uses seed + i
         "real_time_factor": "1.0",
         "executor_rate_hz": "10.0",
+        "replan_steps": str(C.REPLAN_STEPS),  # the policy decides every this many control periods
         # '' below: the trainer recipe's value (obs, start; rl/recipes.py)
         "iters": "",  # BC iterations (2000; weak start 1100)
         "eval_every": "",  # BC iterations between evaluations (each writes a checkpoint the policy loads)
@@ -94,6 +95,8 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "executor_rate_hz": "30.0",
         "blend_s": "0.0",  # the executor's cross-fade from the old chunk to a new one (0: switch at once)
         "real_time_chunking": "false",  # the policy samples each chunk to continue the one the arm plays
+        # the policy decides every this many control periods (contract.REPLAN_STEPS; docs/real_arm.md)
+        "replan_steps": str(C.REPLAN_STEPS),
         "instruction": C.DEFAULT_INSTRUCTION,
         "hil": "false",  # true: sim_bridge as the arm (driver mode: real time, a MoveIt Servo stand-in, no resets)
         "task": "push",  # hil: the simulated cell
@@ -229,6 +232,7 @@ KINDS: dict[str, A.Kind] = {
     "executor_rate_hz": A.POSITIVE,
     "blend_s": A.number(0, 1),
     "real_time_chunking": A.flag,
+    "replan_steps": A.integer(1),
     "iters": A.optional(A.integer(1)),
     "eval_every": A.optional(A.integer(1)),
     "first_checkpoint_iter": A.integer(0),
@@ -366,9 +370,10 @@ def launch_graph(name: str, overrides: dict[str, str] | None = None) -> list[Nod
 
 
 # -- the nodes every graph shares -------------------------------------------------------------------------
-def policy_node(a: dict) -> NodeSpec:
+def policy_node(a: dict, replan_steps: int) -> NodeSpec:
     return NodeSpec("policy_node", "policy_node", {"checkpoint": a["checkpoint"], "device": a["device"],
-                                                   "ddim_steps": a["ddim_steps"]})  # fmt: skip
+                                                   "ddim_steps": a["ddim_steps"],
+                                                   "replan_steps": replan_steps})  # fmt: skip
 
 
 def camera_nodes() -> list[NodeSpec]:
@@ -377,7 +382,8 @@ def camera_nodes() -> list[NodeSpec]:
 
 def safety_filter(a: dict, remappings: list | None = None, **parameters) -> NodeSpec:
     """The safety filter: executor -> /arm/cmd_twist -> filter -> /arm/cmd_twist_safe (the arm's input)."""
-    params = {"max_speed": a["max_speed"], "dry_run": a["dry_run"], **parameters}
+    params = {"max_speed": a["max_speed"], "dry_run": a["dry_run"],
+              "chunk_timeout_s": C.chunk_timeout_s(a["replan_steps"]), **parameters}  # fmt: skip
     return NodeSpec("safety_filter", "safety_filter", params, remappings=remappings or [])
 
 
@@ -400,7 +406,7 @@ def sim_train(a: dict) -> list[NodeSpec]:
         *camera_nodes(),
         NodeSpec("proprio_node", "proprio_node"),
         NodeSpec("instruction_node", "instruction_node", {"relay_topic": C.EPISODE_INSTRUCTION_TOPIC}),
-        policy_node(a),
+        policy_node(a, a["replan_steps"]),
         NodeSpec("chunk_executor", "chunk_executor",
                  {"rate_hz": a["executor_rate_hz"], "future_tolerance_s": clock_lag_s}),
         safety_filter(
@@ -410,6 +416,7 @@ def sim_train(a: dict) -> list[NodeSpec]:
             # the deadman runs on the steady clock: a slowed-down sim sends commands further apart
             command_timeout_s=0.25 / min(rtf, 1.0),
             pose_timeout_s=0.25 / min(rtf, 1.0),
+            chunk_timeout_s=C.chunk_timeout_s(a["replan_steps"]) / min(rtf, 1.0),
             future_tolerance_s=clock_lag_s,
             expect_pose_jumps=True,  # each episode reset teleports the tool
         ),
@@ -455,7 +462,7 @@ def real_arm(a: dict) -> list[NodeSpec]:
         cam.required = False  # a dead camera leaves the graph up: the filter stops the arm, diagnostics say why
     proprio = NodeSpec("proprio_node", "proprio_node", {"joint_names": a["joint_names"]})
     proprio.remappings.append((C.JOINT_STATES_TOPIC, a["joint_states_topic"]))
-    policy = policy_node(a)
+    policy = policy_node(a, a["replan_steps"])
     policy.parameters["frame_id"] = a["frame_id"]  # commands, the ee pose and the box share one frame
     if a["extra_latency_ms"] and not a["hil"]:
         raise ArgumentError("argument extra_latency_ms: only with hil:=true (a test of the latency a policy tolerates)")
@@ -507,7 +514,8 @@ def replay_eval(a: dict) -> list[NodeSpec]:
     out = str(Path(a["out"]).expanduser().resolve())
     topics = TopicMap.load(a["topic_map"]).with_command(None if a["topic_map"] else a["command_topic"])
     topics = topics.for_bag(bag_info(bag).topics)  # cameras raw or compressed, as the bag holds them
-    cameras, proprio, policy = camera_nodes(), NodeSpec("proprio_node", "proprio_node"), policy_node(a)
+    # a chunk at every tick: each observation of the bag gets one to score against the commands that followed it
+    cameras, proprio, policy = camera_nodes(), NodeSpec("proprio_node", "proprio_node"), policy_node(a, 1)
     for cam in cameras:  # the camera node picks raw or compressed transport from the topic name
         name = cam.parameters["camera_name"]
         cam.parameters["input_topic"] = topics.topics[f"image_{name}"]

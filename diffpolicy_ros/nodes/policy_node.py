@@ -1,6 +1,7 @@
-"""policy_node: the fusion + diffusion actor at 10 Hz.
+"""policy_node: the fusion + diffusion actor, a chunk every ``replan_steps`` control periods (2: 0.2 s), on a
+10 Hz tick.
 
-Each tick assembles the newest observation set (cameras, proprio, object/goal poses, instruction), refuses
+A tick that decides assembles the newest observation set (cameras, proprio, object/goal poses, instruction), refuses
 it if any part is missing or older than ``max_obs_age_s``, and hands it to a worker thread that runs the
 policy (:class:`ChunkPredictor`). If the worker is still busy the tick is dropped, never queued. The chunk
 is published as a MultiDOFJointTrajectory stamped with the observation's stamp. A new checkpoint announced
@@ -83,6 +84,10 @@ class PolicyNode(Node):
         rate_hz = parameter(self, "rate_hz", 1.0 / C.CONTROL_PERIOD_S, positive, "must be > 0")
         self.max_age = parameter(self, "max_obs_age_s", 0.35, positive, "must be > 0")
         self.dt = parameter(self, "chunk_dt", C.CONTROL_PERIOD_S, positive, "must be > 0")
+        # a decision every this many control periods (contract.REPLAN_STEPS); the ticks in between are skipped
+        replan_steps = parameter(self, "replan_steps", C.REPLAN_STEPS, positive, "must be >= 1")
+        self.replan_s, self.tick_s = replan_steps * self.dt, 1.0 / rate_hz
+        self.decided_at = -np.inf  # the tick that last started an inference (s)
         self.frame_id = parameter(self, "frame_id", C.WORLD_FRAME, bool, "must not be empty")
         # hil: each chunk published this much later (the node stays busy meanwhile, as a slower policy would)
         self.extra_latency = number(self, "extra_latency_s", 0.0, 0.0, 10.0, description="added latency (s)")
@@ -263,6 +268,8 @@ class PolicyNode(Node):
             self.stats["dropped_busy"] += 1
             return
         now = self.get_clock().now().nanoseconds * 1e-9
+        if now - self.decided_at < self.replan_s - self.tick_s / 2:  # half a tick: the timer's jitter
+            return
         try:
             obs, stamp = assemble_observation(latest, now, self.max_age, *needs)
         except MissingInputs as exc:  # not yet seen: said once (and when it changes), then every 30 s
@@ -275,6 +282,7 @@ class PolicyNode(Node):
             return
         self.waiting_for = ()
         self.ages.append(now - stamp)
+        self.decided_at = now
         self.busy.set()
         self.worker.submit(self.infer, predictor, obs, stamp)
 

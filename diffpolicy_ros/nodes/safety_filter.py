@@ -82,8 +82,9 @@ class SafetyFilterNode(Node):
             )
         except ValueError as exc:
             raise ParameterError(f"safety_filter: {exc}") from exc
-        # the policy publishes at 10 Hz while its inputs are fresh: three missed chunks mean a stale input
-        self.chunk_timeout = parameter(self, "chunk_timeout_s", 0.3, positive, "must be > 0")
+        # the policy publishes a chunk per decision while its inputs are fresh: no chunk for its decision interval
+        # and two ticks more means a stale input (the graphs set it from their replan_steps)
+        self.chunk_timeout = parameter(self, "chunk_timeout_s", C.chunk_timeout_s(), positive, "must be > 0")
         self.watch_chunks = flag(self, "watch_policy_chunks", True)
         scaling_topic = parameter(self, "speed_scaling_topic", C.SPEED_SCALING_TOPIC)
         servo_node = parameter(self, "servo_node", "")  # e.g. /servo_node: select TWIST input and unpause it

@@ -125,8 +125,8 @@ class PPOConfig(Checked):
     # -- rollouts (one decision = one chunk; an iteration = n_envs * rollout_steps decisions per rank)
     total_env_steps: int = 200_000
     n_envs: int = 16
-    # x env steps per decision (execute_horizon, or ~1 as deployed) should cover the episode limit: every env's
-    # first episode ends
+    # x env steps per decision (execute_horizon, or as deployed the re-plan interval: replan_steps) should cover
+    # the episode limit: every env's first episode ends
     rollout_steps: int = 10
     execute_horizon: int = EXECUTE_HORIZON
     asynchronous_envs: bool = True  # worker processes (MuJoCo); the point mass is faster in-process
@@ -214,8 +214,8 @@ class PPORun:
     policy: dict = field(default_factory=dict)  # PolicySpec, used only when not starting from a checkpoint
     init: str | None = None  # BC checkpoint to fine-tune (else: from scratch)
     # the sim as deployed (train-ppo --deploy FILE: a real_arm file's Deployment.as_dict): rollouts and evaluations
-    # run behind the executor and the safety-filter core with the cell's latency, one decision whenever the policy
-    # is free (sim/deployed.py); None: execute_horizon actions per decision, no filter
+    # run behind the executor and the safety-filter core with the cell's latency, one decision per re-plan interval
+    # (sim/deployed.py); None: execute_horizon actions per decision, no filter
     deploy: dict | None = None
     train: PPOConfig = field(default_factory=PPOConfig)
 
@@ -318,7 +318,7 @@ class PPOTrainer:
         if cfg.simulated_estimates:
             estimate_error, rollout_obs_mode = self._estimate_error_model(), "state"
         self.deployment = Deployment.from_dict(run.deploy) if run.deploy else None
-        # env steps per decision: execute_horizon, or under a deployment the periods the policy is busy
+        # env steps per decision: execute_horizon, or under a deployment its re-plan interval or the latency
         self.steps_per_decision = float(cfg.execute_horizon)
         if self.deployment is not None:
             period = run.env.get("control_dt", CONTROL_PERIOD_S)
@@ -340,7 +340,8 @@ class PPOTrainer:
             # the fewest env steps a decision takes (the shortest latency): below the episode limit, an env's first
             # episode may not end within the rollout, and the failures, which last longest, drop out of its
             # success rate
-            fewest = periods_per_decision(self.deployment.latency_s[0], run.env.get("control_dt", CONTROL_PERIOD_S))
+            period = run.env.get("control_dt", CONTROL_PERIOD_S)
+            fewest = periods_per_decision(self.deployment.latency_s[0], period, self.deployment.replan_steps)
             if cfg.rollout_steps * fewest < episode_limit:
                 tqdm.write(f"[ppo] rollout_steps {cfg.rollout_steps} decisions x {fewest} env step(s) each at the "
                            f"shortest latency < the {episode_limit}-step episode: first episodes are cut and the "

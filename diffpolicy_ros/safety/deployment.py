@@ -1,7 +1,7 @@
 """A deployment: the arguments of a ``real_arm`` file that shape what the arm does — the safety filter's limits
-(speed, acceleration, workspace box), the executor's rate, and the observation -> command latency the cell
-has (``deploy_latency_ms``: a range, for a sim that models it). ``demo --deploy FILE`` records demonstrations
-within these limits, so a policy learns motions the arm behind its filter can follow.
+(speed, acceleration, workspace box), the executor's rate, how often the policy re-plans, and the observation ->
+command latency the cell has (``deploy_latency_ms``: a range, for a sim that models it). ``demo --deploy FILE``
+records demonstrations within these limits, so a policy learns motions the arm behind its filter can follow.
 
 Data: the CLI reads the file through the launch graph's strict argument parsing and builds one of these; a PPO
 run stores it (``as_dict``) so a resumed run trains under the same deployment.
@@ -28,6 +28,7 @@ class Deployment:
     box_high: tuple[float, float, float] | None = None
     blend_s: float = 0.0  # the executor's cross-fade at a chunk switch (safety/chunk_player.py)
     real_time_chunking: bool = False  # the policy continues the chunk that plays (models/realtime_chunking.py)
+    replan_steps: int = C.REPLAN_STEPS  # control periods between the policy's decisions
 
     @classmethod
     def from_arguments(cls, values: dict[str, Any]) -> Deployment:
@@ -42,6 +43,7 @@ class Deployment:
             box_high=tuple(values["box_high"]) if values.get("box_high") else None,
             blend_s=values["blend_s"],
             real_time_chunking=values["real_time_chunking"],
+            replan_steps=values["replan_steps"],
         )
 
     @classmethod

@@ -4,13 +4,14 @@ it (a vector env of these, one decision per step).
 
 Per episode a latency L is drawn from the deployment's range. A step is one decision of the policy node: the
 policy took the current observation (at ``now``) and returns a chunk, which arrives L later, stamped with the
-observation's time. The sim runs until the policy is free again — the first control period at or after the
-arrival (the node drops ticks while busy): one period when L is under one, two when it is over. Meanwhile the
-arm is driven at the executor's rate: the executor plays the point of the newest arrived chunk due at
-``now - stamp`` (zero past its end), the filter core (:mod:`diffpolicy_ros.safety.filter`: speed cap,
-acceleration cap per tick, workspace box) turns it into what the arm obeys, held until the next executor tick,
-integrated at the sim's IK rate. So a chunk switch jumps from the old chunk's point to the new one's, and the
-filter clips it, as on the arm (``switch_jump_mean``, ``switch_accel_clips``).
+observation's time. The sim runs until the policy decides again: after its re-plan interval (the deployment's
+``replan_steps`` control periods), or, when the chunk arrives later than that, at the first control period after
+the arrival (the node drops ticks while busy). Meanwhile the arm is driven at the executor's rate: the executor
+plays the point of the newest arrived chunk due at ``now - stamp`` (zero past its end), the filter core
+(:mod:`diffpolicy_ros.safety.filter`: speed cap, acceleration cap per tick, workspace box) turns it into what the
+arm obeys, held until the next executor tick, integrated at the sim's IK rate. So a chunk switch jumps from the
+old chunk's point to the new one's, and the filter clips it, as on the arm (``switch_jump_mean``,
+``switch_accel_clips``).
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ from diffpolicy_ros.safety.filter import SafetyFilter
 FILTER_COUNTS = ("speed_limited", "accel_limited", "box_limited", "active_ticks")
 
 
-def periods_per_decision(latency: float, period: float) -> int:
-    """Control periods from an observation to the policy's next: it is free again once its chunk is out."""
-    return max(1, math.ceil(latency / period - 1e-9))
+def periods_per_decision(latency: float, period: float, replan_steps: int = 1) -> int:
+    """Control periods from an observation to the policy's next: its re-plan interval, or, when its chunk is out
+    later than that, the first period after."""
+    return max(replan_steps, math.ceil(latency / period - 1e-9))
 
 
 def expected_periods_per_decision(deployment: Deployment, period: float) -> float:
     """The mean of :func:`periods_per_decision` over the latency range (uniform): env steps per decision."""
     low, high = deployment.latency_s
-    return float(np.mean([periods_per_decision(x, period) for x in np.linspace(low, high, 101)]))
+    steps = [periods_per_decision(x, period, deployment.replan_steps) for x in np.linspace(low, high, 101)]
+    return float(np.mean(steps))
 
 
 class DeployedChunkEnv(gym.Wrapper):
@@ -58,9 +61,13 @@ class DeployedChunkEnv(gym.Wrapper):
             raise UserError(f"{type(core).__name__} has no arm to deploy (a deployment needs a push task)")
         self.period, self.tick_dt = core.cfg.control_dt, core.tick_dt
         self.exec_dt = 1.0 / deployment.executor_rate_hz
-        if periods_per_decision(deployment.latency_s[1], self.period) > horizon:
+        self.replan_steps = deployment.replan_steps
+        # the next chunk lands after the re-plan interval and its latency: the playing one must last that long
+        covered = periods_per_decision(deployment.latency_s[1], self.period, self.replan_steps) * self.period
+        if covered + deployment.latency_s[1] > horizon * self.period + 1e-9:
             raise UserError(
-                f"deploy latency up to {deployment.latency_s[1] * 1e3:.0f} ms outlasts a {horizon}-step chunk "
+                f"re-planning every {self.replan_steps} control period(s) at a latency up to "
+                f"{deployment.latency_s[1] * 1e3:.0f} ms outlasts a {horizon}-step chunk "
                 f"({horizon * self.period:.1f} s): the arm would stop between chunks"
             )
         low, high = float(env.action_space.low[0]), float(env.action_space.high[0])
@@ -91,12 +98,12 @@ class DeployedChunkEnv(gym.Wrapper):
         if chunk.shape != (self.horizon, 3):
             raise ValueError(f"a chunk must be [{self.horizon}, 3] m/s, got {chunk.shape}")
         self.pending.append((self.now + self.latency, self.now, chunk))
-        busy_until = self.now + self.latency
+        periods = periods_per_decision(self.latency, self.period, self.replan_steps)
         rewards = []
-        while True:
+        for _ in range(periods):
             _, reward, terminated, truncated, info = self._run_period()
             rewards.append(reward)
-            if terminated or truncated or self.now >= busy_until - 1e-9:
+            if terminated or truncated:
                 break
         obs = self.env.unwrapped.observation()  # rendered once: the periods before the policy's next look go unseen
         padded = np.zeros(self.horizon, dtype=np.float32)

@@ -25,6 +25,7 @@ def start_node(module: str, *params: str) -> subprocess.CompletedProcess:
         ("proprio_node", "max_age_s:=-0.5", "max_age_s"),
         ("policy_node", "device:=tpu", "device"),
         ("policy_node", "rate_hz:=-10.0", "rate_hz"),
+        ("policy_node", "replan_steps:=0", "replan_steps"),
     ],
 )
 def test_a_bad_parameter_stops_the_node_with_one_line_naming_it(module, param, name):

@@ -111,7 +111,7 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path, spin_until):
         announce.publish(String(data=str(corrupt)))
         n = len(chunks)
         spin_until(node, lambda: False, 3.0, 0.02)
-        assert len(chunks) >= n + 20 and moving(), "the policy stopped after a corrupt checkpoint"
+        assert len(chunks) >= n + 10 and moving(), "the policy stopped after a corrupt checkpoint"  # 5 Hz
         refused = policy_status[-1]  # the refusal is loud: WARN on /diagnostics, with the reason
         assert refused.level == DiagnosticStatus.WARN and f"refused {corrupt}" in refused.message
 
@@ -165,7 +165,8 @@ def test_real_arm_hil_graph_is_safe_end_to_end(tmp_path, spin_until):
 @pytest.mark.slow
 def test_real_arm_hil_graph_with_real_time_chunking_drives_the_arm(tmp_path, spin_until):
     """``real_time_chunking:=true``: the policy node reads the executor's ticks and samples each chunk around the
-    playing one's actions, across processes; chunks keep coming at the control rate, finite and the policy's."""
+    playing one's actions, across processes; chunks keep coming every re-plan interval (0.2 s), finite and the
+    policy's."""
     import rclpy
     from geometry_msgs.msg import TwistStamped
     from rclpy.node import Node
@@ -202,7 +203,9 @@ def test_real_arm_hil_graph_with_real_time_chunking_drives_the_arm(tmp_path, spi
         assert moving, "the arm never moved: " + (tmp_path / "graph.log").read_text()[-3000:]
         start = len(chunks)
         spin_until(node, lambda: False, 3.0, 0.02)
-        assert len(chunks) - start >= 20, f"{len(chunks) - start} chunks in 3 s"  # 10 Hz, with room for a slow host
+        assert len(chunks) - start >= 10, f"{len(chunks) - start} chunks in 3 s"  # 5 Hz, with room for a slow host
+        gaps = np.diff([t for t, _ in chunks[start:]])
+        assert 0.15 < np.median(gaps) < 0.3, gaps  # a decision every replan_steps (2) periods, not at every tick
         recent = np.stack([c for _, c in chunks[start:]])
         assert np.all(np.isfinite(recent))
         np.testing.assert_allclose(recent, np.broadcast_to(VELOCITY, recent.shape), atol=span + 1e-5)

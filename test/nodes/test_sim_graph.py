@@ -1,4 +1,4 @@
-"""The sim_train graph across processes with real rclpy on loopback: sensors -> policy @ 10 Hz -> executor ->
+"""The sim_train graph across processes with real rclpy on loopback: sensors -> policy @ 5 Hz -> executor ->
 sim; checkpoint hot reload; Ctrl-C stops everything.
 
 The checkpoints here are real diffusion policies whose action normalizer spans a single velocity, so every
@@ -77,14 +77,15 @@ def test_sim_train_graph_end_to_end(tmp_path, spin_until):
         names = set(node.get_node_names())
         assert GRAPH_NODES <= names, GRAPH_NODES - names
 
-        # one 16-point finite chunk per 0.1 s of the sim's clock, all the checkpoint's velocity (after settling):
-        # counted against the observation stamps, so a slow shared machine slows the sim and the count alike
+        # one 16-point finite chunk per re-plan interval (replan_steps: 2 periods, 0.2 s) of the sim's clock, all
+        # the checkpoint's velocity (after settling): counted against the observation stamps, so a slow shared
+        # machine slows the sim and the count alike
         spin_until(node, lambda: False, 2.0)
         chunks.clear()
-        assert spin_until(node, lambda: len(chunks) >= 40, 120), len(chunks)
+        assert spin_until(node, lambda: len(chunks) >= 20, 120), len(chunks)
         periods = np.diff([stamp for stamp, _ in chunks])
-        assert np.median(periods) == pytest.approx(0.1, abs=0.011), periods
-        assert (len(chunks) - 1) / (chunks[-1][0] - chunks[0][0]) >= 9.0  # few observations went without a chunk
+        assert np.median(periods) == pytest.approx(0.2, abs=0.011), periods
+        assert (len(chunks) - 1) / (chunks[-1][0] - chunks[0][0]) >= 4.5  # few decisions went without a chunk
         for _, chunk in chunks:
             assert chunk.shape == (16, 3) and np.all(np.isfinite(chunk))
             np.testing.assert_allclose(chunk, np.tile([0.2, 0.0, 0.0], (16, 1)), atol=1e-4)

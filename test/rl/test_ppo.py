@@ -362,17 +362,19 @@ def test_plot_of_two_runs_puts_both_heads_held_out_evaluations_in_one_png(tmp_pa
 
 @pytest.mark.quick
 def test_train_ppo_deploy_fine_tunes_in_the_sim_as_deployed_and_evaluates_as_deployed(tmp_path, run_cli):
-    """train-ppo --deploy: a decision whenever the policy is free (one or two periods at 60-110 ms), the
-    trainer's evaluations are eval --deploy's, and the deployment travels in the checkpoint."""
+    """train-ppo --deploy: a decision every re-plan interval (real_arm.yaml's replan_steps, 2 periods; the chunk
+    lands 60-110 ms after its observation), the trainer's evaluations are eval --deploy's, and the deployment
+    travels in the checkpoint."""
     config = tmp_path / "tiny_push.yaml"
-    train = {**TINY_RUN["train"], "n_envs": 2, "rollout_steps": 12, "total_env_steps": 2 * 2 * 12, "eval_episodes": 1}
+    train = {**TINY_RUN["train"], "n_envs": 2, "rollout_steps": 6, "total_env_steps": 2 * 2 * 12, "eval_episodes": 1}
     config.write_text(yaml.safe_dump({**TINY_RUN, "task": "push", "env": {"max_episode_steps": 12}, "train": train}))
     result = run_cli("train-ppo", "--config", config, "--run-dir", tmp_path / "run",
                      "--deploy", REPO / "config" / "real_arm.yaml", "max_accel:=0.8", timeout=300)  # fmt: skip
-    # 2 iterations x 2 envs x 12 decisions of 1.2 periods each on average
-    assert result["iterations"] == 2 and 48 <= result["env_steps"] <= 2 * 48
+    # 2 iterations x 2 envs x 6 decisions of 2 periods each
+    assert result["iterations"] == 2 and result["env_steps"] == 48
     final = result["final_eval"]
     assert final["deployment"]["max_accel"] == 0.8 and final["deployment"]["latency_ms"] == [60, 110]
+    assert final["deployment"]["replan_steps"] == 2
     assert final["active_ticks"] > 0 and "switch_jump_mean" in final
     ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "best.pt")
     assert ckpt["meta"]["config"]["deploy"]["max_speed"] == 0.1 and ckpt["meta"]["config"]["deploy"]["max_accel"] == 0.8

@@ -1,5 +1,6 @@
 """The sim as deployed (sim/deployed.py): one step is one decision of the policy node — the sim runs until the
-policy is free again, its chunk lands a latency late, and the arm obeys the filter core."""
+policy decides again (its re-plan interval, or once it is free when its chunk lands later than that), its chunk
+lands a latency late, and the arm obeys the filter core."""
 
 from __future__ import annotations
 
@@ -32,19 +33,47 @@ def push_env():
 
 @pytest.mark.quick
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(latency_ms=st.floats(0, 350))
-def test_a_decision_lasts_until_the_policy_is_free_again(push_env, latency_ms):
-    env = DeployedChunkEnv(push_env, deployment(latency_ms))
+@given(latency_ms=st.floats(0, 350), replan_steps=st.sampled_from([1, 2, 4, 6]))
+def test_a_decision_lasts_its_re_plan_interval_or_until_the_policy_is_free_again(push_env, latency_ms, replan_steps):
+    env = DeployedChunkEnv(push_env, deployment(latency_ms, replan_steps=replan_steps))
     env.reset(seed=3)
-    expected = max(1, math.ceil(latency_ms / 100 - 1e-9))
+    expected = max(replan_steps, math.ceil(latency_ms / 100 - 1e-9))
     _, reward, _, _, info = env.step(np.zeros((16, 3)))
     assert info["steps_executed"] == expected and env.now == pytest.approx(0.1 * expected)
     assert info["step_rewards"][expected:].sum() == 0 and reward == pytest.approx(info["step_rewards"].sum())
 
 
 @pytest.mark.quick
+def test_the_arm_plays_each_chunk_over_the_re_plan_interval_from_its_observation(push_env):
+    """Chunk k's point i says (k, i): every executor tick plays the newest chunk's point due at now - stamp."""
+    env = DeployedChunkEnv(push_env, deployment(70, replan_steps=4))
+    env.reset(seed=3)
+    played = []
+    tick = env._executor_tick
+
+    def spy(now, pose):
+        command = tick(now, pose)
+        played.append((now, env.player.command(now)[0].copy()))
+        return command
+
+    env._executor_tick = spy
+    for k in range(3):
+        chunk = np.zeros((16, 3))
+        chunk[:, 0], chunk[:, 1] = k, np.arange(16)
+        env.step(chunk / 1e3)  # small: what the player plays, not what the filter lets through
+    for now, command in played:
+        k, i = np.rint(command[:2] * 1e3).astype(int)
+        if now < 0.07 - 1e-9:  # before the first chunk lands: nothing
+            assert np.allclose(command, 0)
+            continue
+        stamp = 0.4 * max(k for k in range(3) if 0.4 * k + 0.07 <= now + 1e-9)
+        assert (k, i) == (round(stamp / 0.4), int(np.floor((now - stamp) / 0.1 + 1e-9)))
+    assert max(i for _, c in played for i in [int(np.rint(c[1] * 1e3))]) == 4  # points 0-4 of a chunk play
+
+
+@pytest.mark.quick
 def test_the_arm_waits_for_the_first_chunk_then_obeys_the_filter(push_env):
-    env = DeployedChunkEnv(push_env, deployment(150))
+    env = DeployedChunkEnv(push_env, deployment(150, replan_steps=1))
     obs, _ = env.reset(seed=3)
     start = push_env.pusher_position.copy()
     fast = np.tile([0.3, 0.0, 0.0], (16, 1))  # 3x the speed cap
@@ -69,7 +98,10 @@ def test_latency_follows_the_seed_and_a_chunk_of_the_wrong_shape_is_refused(push
         env.step(np.zeros((8, 3)))
     with pytest.raises(UserError, match="outlasts"):
         DeployedChunkEnv(push_env, deployment(2000))
-    assert expected_periods_per_decision(deployment(60, 110), 0.1) == pytest.approx(1.2, abs=0.02)
+    with pytest.raises(UserError, match="re-planning every 16"):  # the next chunk would land after this one ends
+        DeployedChunkEnv(push_env, deployment(60, 110, replan_steps=16))
+    assert expected_periods_per_decision(deployment(60, 110, replan_steps=1), 0.1) == pytest.approx(1.2, abs=0.02)
+    assert expected_periods_per_decision(deployment(60, 110, replan_steps=2), 0.1) == 2.0
 
 
 @pytest.mark.quick
