@@ -8,7 +8,8 @@
     runs/latest -> the newest run       (a symlink, where the filesystem has them), once it has written a checkpoint
 
 Episode seeds are split once, here, so that training never sees the held-out evaluation episodes:
-demonstrations use seeds ``DEMO_SEED`` + i, PPO rollouts ``ROLLOUT_SEED`` + ..., evaluation ``EVAL_SEED`` + i.
+demonstrations use seeds ``DEMO_SEED`` + i, PPO rollouts ``ROLLOUT_SEED`` + ..., evaluation ``EVAL_SEED`` + i, and
+PPO's evaluations with ``fresh_eval_scenes`` ``FRESH_EVAL_SEED`` + ... (held out too, and never ``eval``'s scenes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 RUNS_ROOT = Path("runs")
 DEMO_SEED = 0
 EVAL_SEED = 10_000  # held out: never a demonstration or a rollout episode
+FRESH_EVAL_SEED = 100_000  # PPO's per-iteration held-out blocks: below the rollouts', above eval's scenes
 ROLLOUT_SEED = 1_000_000  # PPO rollouts: disjoint from demonstrations (0+) and evaluation (10000+)
 
 

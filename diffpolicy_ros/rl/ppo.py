@@ -90,7 +90,7 @@ from diffpolicy_ros.rl.ppo_math import (
     gae,
     normalize_advantages,
 )
-from diffpolicy_ros.runs import EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
+from diffpolicy_ros.runs import EVAL_SEED, FRESH_EVAL_SEED, ROLLOUT_SEED, MetricsLogger, RunDir, as_run_dir
 from diffpolicy_ros.safety.deployment import Deployment
 from diffpolicy_ros.sim import PushConfig, check_env_overrides, make_env
 from diffpolicy_ros.sim.deployed import expected_periods_per_decision, periods_per_decision
@@ -182,6 +182,11 @@ class PPOConfig(Checked):
     # -- evaluation, checkpoints, device
     eval_every: int = 0  # iterations between evaluations on held-out seeds (0: only at the end)
     eval_episodes: int = 50
+    # Each evaluation on scenes of its own (seeds FRESH_EVAL_SEED + iteration x eval_episodes, held out like
+    # EVAL_SEED's): the last evaluations pool distinct scenes, and the scenes `eval` and `bench cells` report
+    # on are never those best.pt was chosen on. False: every evaluation on the same EVAL_SEED scenes (a curve
+    # whose points differ only by the policy).
+    fresh_eval_scenes: bool = False
     checkpoint_every: int = 5
     keep_last: int = 3
     seed: int = 0
@@ -689,12 +694,23 @@ class PPOTrainer:
         return float(loss)
 
     # ------------------------------------------------------------------ 4. evaluation and checkpoints
+    def eval_seed(self, iteration: int, episodes: int) -> int:
+        """The first scene of the evaluation at ``iteration`` (``fresh_eval_scenes``: a block of its own)."""
+        if not self.run.train.fresh_eval_scenes:
+            return EVAL_SEED
+        seed = FRESH_EVAL_SEED + iteration * episodes
+        if seed + episodes > ROLLOUT_SEED:
+            raise ConfigError(f"fresh_eval_scenes: iteration {iteration} x {episodes} episodes runs into the "
+                              f"rollouts' seeds ({ROLLOUT_SEED}+): fewer eval_episodes")  # fmt: skip
+        return seed
+
     def evaluate(self, episodes: int) -> dict:
-        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on the held-out seeds; under a
+        """The deployment sampler (for diffusion: the fine-tuned stochastic chain), on held-out seeds; under a
         deployment, as deployed (``eval --deploy``'s figure). A stop (single-process) ends it: StopRequested."""
         stop = self.hooks.stop if self.dist.world_size == 1 else None  # DDP ranks stop between iterations
+        seed = self.eval_seed(self.iteration, episodes)
         if self.deployment is not None:
-            result = evaluate_deployed(self.policy, self.deployment, self.run.task, episodes, seed=EVAL_SEED,
+            result = evaluate_deployed(self.policy, self.deployment, self.run.task, episodes, seed=seed,
                                        obs_mode=self.obs_mode, device=self.device, progress=False,
                                        env_kwargs=self.run.env, stop=stop)  # fmt: skip
             result.pop("per_episode")
@@ -703,7 +719,7 @@ class PPOTrainer:
             self.policy,
             self.run.task,
             episodes,
-            seed=EVAL_SEED,
+            seed=seed,
             obs_mode=self.obs_mode,
             device=self.device,
             execute_horizon=self.run.train.execute_horizon,
@@ -796,6 +812,7 @@ class PPOTrainer:
         cfg = self.run.train
         total = self.total_iterations()
         stop_at = min(total, until_iteration) if until_iteration is not None else total
+        self.eval_seed(total, cfg.eval_episodes)  # a run too long for its fresh evaluation blocks fails now
         logger = None
         if self.dist.is_main:  # a resumed run continues its own CSV and TensorBoard curves
             logger = MetricsLogger(

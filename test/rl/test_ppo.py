@@ -19,6 +19,7 @@ from diffpolicy_ros.config import from_dict
 from diffpolicy_ros.models.checkpoint import load_checkpoint, load_policy
 from diffpolicy_ros.rl.ppo import PPORun, PPOTrainer, latest_checkpoint, load_ppo_run, train_ppo
 from diffpolicy_ros.rl.ppo_math import denoising_clip_schedule, normalize_advantages
+from diffpolicy_ros.runs import EVAL_SEED, FRESH_EVAL_SEED, ROLLOUT_SEED
 from diffpolicy_ros.sim import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -428,6 +429,23 @@ def test_best_pt_is_the_best_held_out_evaluation_never_a_rollouts_success(tmp_pa
     assert result["best_success_rate"] == 0.5
     unevaluated = load_checkpoint(tmp_path / "checkpoints" / "iter_000003.pt")["meta"]
     assert unevaluated["evaluation"] == {}  # weights that were never evaluated carry no evaluation
+
+
+@pytest.mark.quick
+def test_fresh_eval_scenes_give_each_evaluation_held_out_scenes_of_its_own(tmp_path):
+    """With fresh_eval_scenes no two evaluations share a scene, and none is one of `eval`'s default held-out
+    scenes (EVAL_SEED + i), so the figure `eval` gives best.pt is not the one it was chosen on."""
+    run = tiny_run(total_env_steps=3 * 160, eval_every=1, fresh_eval_scenes=True)
+    trainer = PPOTrainer(run, tmp_path, progress=False)
+    trainer.train()
+    ckpts = sorted((tmp_path / "checkpoints").glob("iter_*.pt"))
+    evaluations = [load_checkpoint(path)["meta"]["evaluation"] for path in ckpts]
+    blocks = [set(range(e["seed"], e["seed"] + e["episodes"])) for e in evaluations]
+    assert len(blocks) == 3 and all(len(b) == 4 for b in blocks)
+    assert not (blocks[0] & blocks[1]) and not (blocks[1] & blocks[2]) and not (blocks[0] & blocks[2])
+    assert all(min(b) >= FRESH_EVAL_SEED and max(b) < ROLLOUT_SEED for b in blocks)
+    assert not any(b & set(range(EVAL_SEED, FRESH_EVAL_SEED)) for b in blocks)
+    assert tiny_run(eval_every=1).train.fresh_eval_scenes is False  # the default: one fixed block
 
 
 @pytest.mark.quick
