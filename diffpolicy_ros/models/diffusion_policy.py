@@ -28,6 +28,7 @@ from diffpolicy_ros.config import ConfigError
 from diffpolicy_ros.contract import ACTION_DIM, CHUNK_HORIZON
 from diffpolicy_ros.models.flow import FlowConfig, FlowSchedule
 from diffpolicy_ros.models.fusion import FusionConfig, MultimodalEncoder
+from diffpolicy_ros.models.native import NativeLoop, native_kernel, weights_version
 from diffpolicy_ros.models.normalizer import RangeNormalizer
 from diffpolicy_ros.models.scheduler import (
     Committed,
@@ -90,6 +91,7 @@ class DiffusionPolicy(nn.Module):
         # the sampler's maths: one interface (training loss, per-step times and step_mean columns) for both
         self.schedule = FlowSchedule(cfg.flow) if cfg.objective == "flow" else NoiseSchedule(cfg.schedule)
         self.action_norm = RangeNormalizer(cfg.action_dim)
+        self._native_loop: NativeLoop | None = None  # explore(fast=True): the kernel's snapshot of the weights
 
     # ---------------------------------------------------------------- training
     def bc_loss(self, obs: dict, actions: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
@@ -196,21 +198,46 @@ class DiffusionPolicy(nn.Module):
         return len(self.finetuned_steps())
 
     def explore(
-        self, cond: torch.Tensor, generator: torch.Generator | None = None
+        self, cond: torch.Tensor, generator: torch.Generator | None = None, fast: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(normalized chunk, record = the whole chain [B, K+1, H, A], its log-densities [B, K', H]) drawn with
         the fine-tuning sampler. The densities come from the drawn noise itself: x_{k+1} = mu_k + std_k z_k,
         so log N(x_{k+1}; mu_k, std_k) = -z_k^2 / 2 - log std_k - log(2 pi) / 2 — the behaviour policy's own
-        log-probabilities (as CleanRL records them while acting), with no second pass through the U-Net."""
+        log-probabilities (as CleanRL records them while acting), with no second pass through the U-Net.
+
+        ``fast`` (PPO's rollouts): where the chain needs no gradient and runs in fp32 on the CPU, the native
+        kernel draws it (``models/native.py``), the same chain as the eager loop's from the same noise to
+        float rounding; elsewhere, or without a C++ toolchain, the eager loop."""
         cfg = self.config
-        x, chain, step_noise, stds = self._draw_chain(
-            cond, cfg.ddim_steps, cfg.eta, cfg.min_std, True, generator, return_chain=True
-        )
+        if fast and self._native_chain_applies(cond):
+            x_t, step_noise = self.draw_noise(cond.shape[0], cfg.ddim_steps, True, generator, cond.device)
+            loop = self._native_chain(cfg.ddim_steps, cfg.eta, cfg.min_std)
+            films = torch.stack([torch.cat(step, dim=1) for step in self.step_films(cfg.ddim_steps, cond)])
+            record = loop(films.float(), x_t, step_noise, return_chain=True).transpose(0, 1)
+            x, stds = record[:, -1].clamp(-1.0, 1.0), loop.stds
+        else:
+            x, chain, step_noise, stds = self._draw_chain(
+                cond, cfg.ddim_steps, cfg.eta, cfg.min_std, True, generator, return_chain=True
+            )
+            record = torch.stack(chain, dim=1)
         ks = self.finetuned_steps()
         std = stds[ks].float().view(-1, 1, 1, 1)
         z = step_noise[ks].float()
         terms = gaussian_log_density(std * z, torch.zeros_like(z), std).sum(-1)  # [K', B, H]
-        return x, torch.stack(chain, dim=1), terms.transpose(0, 1)
+        return x, record, terms.transpose(0, 1)
+
+    def _native_chain_applies(self, cond: torch.Tensor) -> bool:
+        return (
+            cond.device.type == "cpu" and cond.dtype == torch.float32 and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu") and native_kernel() is not None
+        )  # fmt: skip
+
+    def _native_chain(self, steps: int, eta: float, min_std: float) -> NativeLoop:
+        """The kernel's loop on the current weights: rebuilt (~4 ms) only after an update or a load changed them."""
+        loop = self._native_loop
+        if loop is None or loop.key != (steps, eta, min_std, True, weights_version(self.unet)):
+            loop = self._native_loop = NativeLoop(self, steps, eta, min_std, stochastic=True)
+        return loop
 
     def record_shape(self) -> tuple[int, ...]:
         return (self.config.ddim_steps + 1, self.config.horizon, self.config.action_dim)

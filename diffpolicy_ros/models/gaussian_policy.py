@@ -60,9 +60,10 @@ class GaussianPolicy(nn.Module):
         return 1  # one Gaussian step
 
     def explore(
-        self, cond: torch.Tensor, generator: torch.Generator | None = None
+        self, cond: torch.Tensor, generator: torch.Generator | None = None, fast: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(normalized chunk in [-1, 1], record = the pre-clamp sample [B, H, A], its log-densities [B, 1, H])."""
+        """(normalized chunk in [-1, 1], record = the pre-clamp sample [B, H, A], its log-densities [B, 1, H]).
+        ``fast`` changes nothing: one mean has no faster path."""
         mean = self.mean(cond).float()
         sample = mean + self.std() * torch.randn(mean.shape, device=mean.device, generator=generator)
         return sample.clamp(-1.0, 1.0), sample, Normal(mean, self.std()).log_prob(sample).sum(-1)[:, None]

@@ -41,7 +41,7 @@ class PolicyHead(Protocol):
     ) -> torch.Tensor: ...
 
     def explore(
-        self, cond: torch.Tensor, generator: torch.Generator | None = None
+        self, cond: torch.Tensor, generator: torch.Generator | None = None, fast: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
     def record_log_prob(

@@ -32,7 +32,7 @@ from torch import nn
 
 from diffpolicy_ros.device import AutocastSettings, autocast_settings, device_type
 from diffpolicy_ros.models.diffusion_policy import DiffusionPolicy
-from diffpolicy_ros.models.native import native_kernel, unet_layout
+from diffpolicy_ros.models.native import NativeLoop, native_kernel
 from diffpolicy_ros.models.obs import obs_to_torch
 from diffpolicy_ros.models.scheduler import Committed
 
@@ -115,30 +115,6 @@ class _Conditioner(nn.Module):
         return torch.stack([torch.cat(step, dim=1) for step in films])
 
 
-class _NativeLoop:
-    """The denoising loop as one C++ call, with the schedule constants and the weight layout prepared once."""
-
-    def __init__(self, kernel, policy: DiffusionPolicy, ddim_steps: int):
-        cfg = policy.config
-        self.kernel = kernel
-        self.layout = unet_layout(policy.unet)
-        self.dims = [cfg.action_dim, *cfg.unet.down_dims]
-        coefs = policy.schedule.step_coefficients(ddim_steps, cfg.eta)
-        self.coefs = coefs.packed()
-        self.stds = coefs.stds(cfg.min_std if cfg.stochastic else None).float().contiguous()
-        self.stochastic = cfg.stochastic
-        self.clip_sample = policy.schedule.config.clip_sample
-
-    def __call__(
-        self, films: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor, committed: Committed
-    ) -> torch.Tensor:
-        lay = self.layout
-        return self.kernel.unet_ddim(
-            noise.contiguous(), films, self.coefs, self.stds, step_noise.contiguous(), committed.actions,
-            committed.weights, lay.weights, self.dims, lay.convs, lay.norms, self.clip_sample, self.stochastic,
-        )  # fmt: skip
-
-
 def _trace(module: nn.Module, inputs: tuple) -> torch.jit.ScriptModule:
     with torch.no_grad(), warnings.catch_warnings():
         # expected: the trace bakes in the batch size and the DDIM timesteps
@@ -185,7 +161,7 @@ class ChunkPredictor:
         if precision == "bf16":
             self._autocast = AutocastSettings(device_type(device), torch.bfloat16, True, False)
         self._graphs: dict[tuple, torch.jit.ScriptModule] = {}
-        self._native = _NativeLoop(native_kernel(), self.policy, self.ddim_steps) if backend == "native" else None
+        self._native = NativeLoop.for_deployment(self.policy, self.ddim_steps) if backend == "native" else None
         self._eager = self._eager_denoising if denoises else self._eager_one_shot
         self.matmul_conv_min_fan_in = 640  # traced backend: C_in * K from which a conv runs faster as a GEMM
 

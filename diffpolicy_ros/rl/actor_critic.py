@@ -87,8 +87,9 @@ class ActorCritic(nn.Module):
         self, obs: dict, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(normalized chunk [B, H, A] in [-1, 1], record, its log-probabilities [B, ratio_terms()] under the
-        sampling policy) for a batch of observations."""
-        action, record, terms = self.policy.explore(self.policy.encoder(obs), generator)
+        sampling policy) for a batch of observations. A diffusion chain runs in the native kernel on the CPU
+        (``explore(fast=True)``): the rollouts' largest cost, and no gradient flows through it."""
+        action, record, terms = self.policy.explore(self.policy.encoder(obs), generator, fast=True)
         return action, record, self.reduce(terms)
 
     @torch.no_grad()

@@ -111,6 +111,7 @@ def test_native_kernel_propagates_nan_and_rejects_a_wrong_layout(image_obs):
             norms,
             True,
             False,
+            False,
         )
 
     with pytest.raises(RuntimeError, match="weight"):
@@ -214,3 +215,36 @@ def test_mismatched_instruction_batch_is_an_error(image_obs):
     batch["instruction"] = ["one instruction only"]
     with pytest.raises(ValueError, match="instruction"):
         predictor(batch)
+
+
+@pytest.mark.quick
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the native kernel cannot be built here")
+@pytest.mark.parametrize("objective", ["ddpm", "flow"])
+def test_ppo_rollout_chain_from_the_native_kernel_is_the_eager_chain_and_follows_the_weights(objective):
+    """PPO's rollouts draw the recorded chain in the C++ kernel: the same chain, chunk and log-densities as the
+    eager loop from the same generator, and after an update (weights written in place) the new weights' chain."""
+    flow = FlowConfig(shortcut=True) if objective == "flow" else FlowConfig()
+    cfg = DiffusionPolicyConfig(fusion=FusionConfig(use_images=False, use_text=False), objective=objective,
+                                flow=flow, ddim_steps=4 if objective == "flow" else 10, eta=1.0, min_std=0.1,
+                                stochastic=True, finetune_steps=3)  # fmt: skip
+    torch.manual_seed(4)
+    policy = DiffusionPolicy(cfg).eval()
+    for param in policy.unet.parameters():  # away from the near-identity init, so every layer matters
+        param.data.add_(0.05 * torch.randn_like(param))
+    cond = torch.randn(6, cfg.fusion.dim)
+
+    def both() -> tuple:
+        with torch.no_grad():
+            fast = policy.explore(cond, torch.Generator().manual_seed(3), fast=True)
+            eager = policy.explore(cond, torch.Generator().manual_seed(3))
+        for a, b in zip(fast, eager, strict=True):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+        return fast
+
+    before = both()
+    assert before[1].shape == (6, cfg.ddim_steps + 1, 16, 3) and policy._native_loop is not None
+    with torch.no_grad():
+        policy.unet.final[1].weight.mul_(1.5)  # an update writes the weights in place
+    after = both()
+    assert (after[1][:, -1] - before[1][:, -1]).abs().max() > 1e-3  # the chain follows the new weights

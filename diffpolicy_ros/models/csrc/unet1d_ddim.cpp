@@ -239,10 +239,12 @@ Net read_net(const std::vector<Tensor>& weights, const std::vector<int64_t>& dim
 // x: x_T [B, H, A]; films: [K, B, F] (every block's FiLM scale/shift for each step); coefs: [K, kNumCoefs]
 // (StepCoefficients.packed()); stds: [K]; step_noise: [K, B, H, A] (used when stochastic); committed: [B, H, A]
 // and committed_weights: [H] (real-time chunking: x0_hat pulled towards the committed actions, scheduler.Committed;
-// all-zero weights: none); weights, convs, norms: native.unet_layout().
+// all-zero weights: none); weights, convs, norms: native.unet_layout(). Returns x_0 [B, H, A] (not clipped), or
+// with return_chain the chain [K + 1, B, H, A] from x_T to x_0 (what PPO records: models/diffusion_policy.py).
 Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_noise, Tensor committed,
                  Tensor committed_weights, std::vector<Tensor> weights, std::vector<int64_t> dims,
-                 std::vector<int64_t> convs, std::vector<int64_t> norms, bool clip_sample, bool stochastic) {
+                 std::vector<int64_t> convs, std::vector<int64_t> norms, bool clip_sample, bool stochastic,
+                 bool return_chain) {
   TORCH_CHECK(x.dim() == 3 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
               "unet_ddim: x must be [B, H, A] float32 on the CPU");
   at::NoGradGuard no_grad;
@@ -275,6 +277,11 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
   for (int64_t h = 0; h < H; ++h) inpaint |= cw[h] != 0.f;
   Tensor cur = x.reshape({B * H, A}).clone();
   const int64_t n = cur.numel();
+  Tensor chain;
+  if (return_chain) {
+    chain = at::empty({K + 1, B * H, A}, cur.options());
+    chain[0].copy_(cur);
+  }
   for (int64_t k = 0; k < K; ++k) {
     Tensor eps = unet_forward(net, cur, B, H, films.data_ptr<float>() + k * B * F, F);
     TORCH_CHECK(eps.size(1) == A, "unet_ddim: the net predicts ", eps.size(1), " action dims, x has ", A);
@@ -291,8 +298,9 @@ Tensor unet_ddim(Tensor x, Tensor films, Tensor coefs, Tensor stds, Tensor step_
       if (z) v += std_k * z[i];
       xs[i] = v;
     }
+    if (return_chain) chain[k + 1].copy_(cur);
   }
-  return cur.view({B, H, A});
+  return return_chain ? chain.view({K + 1, B, H, A}) : cur.view({B, H, A});
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
