@@ -162,12 +162,17 @@ class DiffusionPolicy(nn.Module):
         stochastic: bool,
         generator: torch.Generator | None,
         return_chain: bool,
+        fast: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """The one sampling path of ``sample`` and ``explore``: (chunk, chain, the per-step noise drawn, the
-        per-step stds)."""
+        per-step stds). ``fast``: the loop in the native kernel where it applies (see ``explore``)."""
         coefs = self.schedule.step_coefficients(steps, eta)
         stds = coefs.stds(min_std)
         x_t, step_noise = self.draw_noise(cond.shape[0], steps, stochastic, generator, cond.device)
+        if fast and stochastic and self._native_chain_applies(cond):
+            loop = self._native_chain(steps, eta, min_std)
+            chain = loop(self.packed_step_films(steps, cond), x_t, step_noise, return_chain=True)
+            return chain[-1].clamp(-1.0, 1.0), list(chain.unbind(0)), step_noise, stds
         films = self.step_films(steps, cond)
         x, chain = self.denoise(x_t, films, coefs, stds, step_noise, return_chain)
         return x, chain, step_noise, stds
@@ -176,6 +181,10 @@ class DiffusionPolicy(nn.Module):
         """Every sampling step's FiLM parameters: the step's time (and, for a shortcut model, its size)."""
         sched = self.schedule
         return self.unet.film_for_steps(sched.sampling_timesteps(steps), cond, sched.sampling_step_sizes(steps))
+
+    def packed_step_films(self, steps: int, cond: torch.Tensor) -> torch.Tensor:
+        """:meth:`step_films` as the native kernel reads them: [K, B, F], each step's blocks concatenated."""
+        return torch.stack([torch.cat(step, dim=1) for step in self.step_films(steps, cond)])
 
     @torch.inference_mode()
     def predict_chunk(
@@ -209,22 +218,14 @@ class DiffusionPolicy(nn.Module):
         kernel draws it (``models/native.py``), the same chain as the eager loop's from the same noise to
         float rounding; elsewhere, or without a C++ toolchain, the eager loop."""
         cfg = self.config
-        if fast and self._native_chain_applies(cond):
-            x_t, step_noise = self.draw_noise(cond.shape[0], cfg.ddim_steps, True, generator, cond.device)
-            loop = self._native_chain(cfg.ddim_steps, cfg.eta, cfg.min_std)
-            films = torch.stack([torch.cat(step, dim=1) for step in self.step_films(cfg.ddim_steps, cond)])
-            record = loop(films.float(), x_t, step_noise, return_chain=True).transpose(0, 1)
-            x, stds = record[:, -1].clamp(-1.0, 1.0), loop.stds
-        else:
-            x, chain, step_noise, stds = self._draw_chain(
-                cond, cfg.ddim_steps, cfg.eta, cfg.min_std, True, generator, return_chain=True
-            )
-            record = torch.stack(chain, dim=1)
+        x, chain, step_noise, stds = self._draw_chain(
+            cond, cfg.ddim_steps, cfg.eta, cfg.min_std, True, generator, return_chain=True, fast=fast
+        )
         ks = self.finetuned_steps()
         std = stds[ks].float().view(-1, 1, 1, 1)
         z = step_noise[ks].float()
         terms = gaussian_log_density(std * z, torch.zeros_like(z), std).sum(-1)  # [K', B, H]
-        return x, record, terms.transpose(0, 1)
+        return x, torch.stack(chain, dim=1), terms.transpose(0, 1)
 
     def _native_chain_applies(self, cond: torch.Tensor) -> bool:
         return (

@@ -111,8 +111,7 @@ class _Conditioner(nn.Module):
         self.steps = ddim_steps
 
     def forward(self, obs_tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-        films = self.policy.step_films(self.steps, self.policy.encoder(obs_tensors))
-        return torch.stack([torch.cat(step, dim=1) for step in films])
+        return self.policy.packed_step_films(self.steps, self.policy.encoder(obs_tensors))
 
 
 def _trace(module: nn.Module, inputs: tuple) -> torch.jit.ScriptModule:

@@ -179,16 +179,14 @@ class NativeLoop:
         self,
         films: torch.Tensor,
         noise: torch.Tensor,
-        step_noise: torch.Tensor | None,
+        step_noise: torch.Tensor,
         committed: Committed | None = None,
         return_chain: bool = False,
     ) -> torch.Tensor:
-        """``films`` [K, B, F], x_T ``noise`` [B, H, A], ``step_noise`` [K, B, H, A] (a stochastic loop) -> x_0
-        [B, H, A] (not clipped), or with ``return_chain`` the chain [K + 1, B, H, A] from x_T to x_0."""
+        """``films`` [K, B, F], x_T ``noise`` [B, H, A], ``step_noise`` [K, B, H, A] (read by a stochastic loop)
+        -> x_0 [B, H, A] (not clipped), or with ``return_chain`` the chain [K + 1, B, H, A] from x_T to x_0."""
         if committed is None:
             committed = Committed(torch.zeros_like(noise), torch.zeros(noise.shape[1]))
-        if step_noise is None:
-            step_noise = torch.zeros(0)
         lay = self.layout
         return self.kernel.unet_ddim(
             noise.contiguous(), films.contiguous(), self.coefs, self.stds, step_noise.contiguous(),
